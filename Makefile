@@ -1,0 +1,55 @@
+# kgrade: `make run` and `make test` each do all set-up from a fresh clone.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+HOST ?= 127.0.0.1
+STAMP := $(VENV)/.kgrade-installed
+# Where make test keeps its PostgreSQL and Redis (started by deploy/dev/services.sh).
+TEST_ENV := var/test-services.env
+
+.PHONY: help install run test services stop-services lint format clean
+
+help:
+	@echo "make run    set up, migrate and serve kgrade on http://$(HOST):$(PORT) (SQLite)"
+	@echo "make test   set up, start PostgreSQL/Redis, run the whole suite"
+	@echo "make lint   ruff check + format check"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch first and pinned: pip then takes the CPU build from local disk, and the project's
+# `torch>=2.4` is already satisfied instead of pulling a multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/kgrade serve --host $(HOST) --port $(PORT)
+
+services: install
+	deploy/dev/services.sh start $(TEST_ENV)
+
+stop-services:
+	deploy/dev/services.sh stop $(TEST_ENV)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install services lint
+	set -a; source $(TEST_ENV); set +a; \
+	KGRADE_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean: stop-services
+	rm -rf $(VENV) var build *.egg-info .pytest_cache .ruff_cache

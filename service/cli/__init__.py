@@ -1,0 +1,16 @@
+"""The ``kgrade`` command line: one click group, one module per command family."""
+
+from __future__ import annotations
+
+import click
+
+from service.cli.items import items
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kgrade")
+def main() -> None:
+    """kgrade: quizzes, LMS exports and kernel grading for long-context attention courses."""
+
+
+main.add_command(items)
