@@ -99,7 +99,9 @@ class OptionSchema(_Raw):
 class ItemSchema(_Raw):
     id = fields.String(required=True, validate=validate.Regexp(ID_RE))
     type = fields.String(load_default="multiple_choice", validate=validate.OneOf(ITEM_TYPES))
-    points = fields.Float(load_default=1.0, validate=validate.Range(min=0, min_inclusive=False, max=1000))
+    points = fields.Float(
+        load_default=1.0, validate=validate.Range(min=0, min_inclusive=False, max=1000)
+    )
     revision = fields.Integer(load_default=1, validate=validate.Range(min=1))
     topics = fields.List(
         fields.String(validate=validate.Regexp(TOPIC_RE)),

@@ -128,7 +128,9 @@ def check_merge_args(
             raise ValueError(f"{name} has dtype {x.dtype}; use bfloat16, float16 or float32")
     devices = {out_a.device, out_b.device, lse_a.device, lse_b.device}
     if len(devices) != 1:
-        raise ValueError(f"out_a, lse_a, out_b, lse_b must be on one device, got {sorted(map(str, devices))}")
+        raise ValueError(
+            f"out_a, lse_a, out_b, lse_b must be on one device, got {sorted(map(str, devices))}"
+        )
 
 
 RING_LAYOUTS = ("contiguous", "zigzag", "stripe")

@@ -65,7 +65,11 @@ def list_cmd(as_json: bool) -> None:
 
 
 def _texts(t: Text, source_lang: str) -> dict[str, object]:
-    return {"lang": t.lang, "source": t.source_form(source_lang)[1], "texts": t.variants(source_lang)}
+    return {
+        "lang": t.lang,
+        "source": t.source_form(source_lang)[1],
+        "texts": t.variants(source_lang),
+    }
 
 
 def quiz_as_json(q: Quiz) -> dict[str, object]:
