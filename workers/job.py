@@ -1,0 +1,87 @@
+"""One grading job in a fresh process: ``python -m workers.job --events-fd N``.
+
+The Celery task starts this by exec (never fork: the Celery process holds broker sockets and
+must never initialise CUDA), in its own session so the whole tree can be killed on a timeout.
+
+Protocol: the request arrives as one JSON object on stdin (so neither the source nor a secret
+shows in ``/proc/*/cmdline`` or the environment)::
+
+    {"exercise_id": str, "source": str, "device": "cpu"|"cuda", "secret": str|null}
+
+Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (logs only)::
+
+    {"event": "progress", "phase": str, "done": int, "total": int|null}
+    {"event": "result", "result": {...results.json...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import os
+import sys
+from typing import IO, Any
+
+
+class _Events:
+    def __init__(self, fd: int) -> None:
+        self._out: IO[str] = os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+    def send(self, event: dict[str, Any]) -> None:
+        self._out.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self._out.flush()
+
+    def progress(self, phase: str, done: int, total: int | None = None) -> None:
+        self.send({"event": "progress", "phase": phase, "done": done, "total": total})
+
+
+def result_to_dict(result: Any) -> dict[str, Any]:
+    """The results.json form of a ``GradeResult`` (whatever its exact class offers)."""
+    if isinstance(result, dict):
+        return result
+    for name in ("to_results_json", "results_json", "to_json_dict", "to_dict", "as_dict"):
+        method = getattr(result, name, None)
+        if callable(method):
+            value = method()
+            if isinstance(value, str):
+                value = json.loads(value)
+            if isinstance(value, dict):
+                return value
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return json.loads(json.dumps(dataclasses.asdict(result), default=str))
+    raise TypeError(f"cannot turn {type(result).__name__} into results.json")
+
+
+def run(request: dict[str, Any], events: _Events) -> dict[str, Any]:
+    # Imported here: the grader core (and torch) load only in this process, never in Celery's.
+    from workers import harness
+
+    kwargs: dict[str, Any] = {"device": request.get("device", "cpu")}
+    if request.get("secret") is not None:
+        kwargs["secret"] = request["secret"]
+    params = inspect.signature(harness.grade).parameters
+    # Forward progress when the core reports it; otherwise the task shows coarse phases only.
+    for name in ("progress", "on_progress"):
+        if name in params:
+            kwargs[name] = events.progress
+            break
+    events.progress("grading", 0, None)
+    result = harness.grade(request["exercise_id"], request["source"], **kwargs)
+    return result_to_dict(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.job")
+    parser.add_argument("--events-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    events = _Events(args.events_fd)
+    request = json.loads(sys.stdin.read())
+    result = run(request, events)
+    events.send({"event": "result", "result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""Celery tasks: a thin adapter from a submission id to the grader core and back to the DB.
+
+``grade_submission(submission_id)``:
+
+1. loads the submission through ``workers.store`` (plain SQLAlchemy; no Flask, no service);
+2. returns at once if it is already final (idempotent: a duplicate or redelivered message
+   changes nothing);
+3. refuses the job on a failed health gate (requeued, not charged to the student);
+4. counts the attempt in the DB; a delivery beyond ``MAX_RUNS`` records INFRA_ERROR and acks,
+   so a submission that keeps killing its worker cannot loop (spec section 8);
+5. runs the grader core by exec in a fresh process (``python -m workers.job``) in its own
+   session, relaying its progress events into the DB, killing the whole group on a timeout;
+6. upserts the result on (submission id, attempt).
+
+Only infrastructure errors are retried; every student fault is a verdict from the core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from celery.exceptions import Reject, SoftTimeLimitExceeded
+
+from workers.celery_app import PHASE_BUDGET_S, app, device_for_queue, health_check
+from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
+from workers.store import DONE, SubmissionStore, database_url
+
+log = logging.getLogger(__name__)
+
+#: Deliveries that may run the grader: the first and one redelivery. The second redelivery
+#: (third delivery) records INFRA_ERROR instead of grading again.
+MAX_RUNS = 2
+#: Wall-clock budget of the job process; the core's own phase timeouts fire first.
+JOB_TIMEOUT_S = float(os.environ.get("KGRADE_JOB_TIMEOUT_S") or PHASE_BUDGET_S + 120)
+#: How long a killed job's process group gets between SIGTERM and SIGKILL (spec section 7).
+KILL_GRACE_S = 5.0
+#: Staff-facing log capture of the job process.
+LOG_CAP_BYTES = 64_000
+
+
+class JobInfraError(RuntimeError):
+    """The job process failed without a result: a grader or machine fault, never the student's."""
+
+
+@cache
+def _store(url: str) -> SubmissionStore:
+    return SubmissionStore(url)
+
+
+def get_store() -> SubmissionStore:
+    """One store (engine and pool) per database URL and process."""
+    return _store(database_url())
+
+
+def failure_result(verdict: str, message: str) -> dict[str, Any]:
+    """A results.json for a job the core could not finish (timeout, infrastructure)."""
+    doc = {
+        "score": 0.0,
+        "gradable": verdict != "INFRA_ERROR",
+        "verdict": verdict,
+        "output": message[:2000],
+        "tests": [],
+        "leaderboard": [],
+    }
+    validate_results(doc)
+    return doc
+
+
+ProgressFn = Callable[[str, int, "int | None"], None]
+
+
+def run_job(
+    request: dict[str, Any],
+    on_progress: ProgressFn,
+    *,
+    timeout_s: float = JOB_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Run the grader core for ``request`` in a fresh process; its validated results.json.
+
+    Raises JobInfraError when the process ends without a valid result, and TimeoutError when it
+    outlives ``timeout_s``. Celery's SoftTimeLimitExceeded propagates after the group is killed.
+    """
+    with tempfile.TemporaryFile() as logs:
+        result, rc = _run_process(request, on_progress, timeout_s, logs)
+        tail = _tail(logs)
+    if result is None:
+        raise JobInfraError(f"grader process exited with {rc} and no result; log tail:\n{tail}")
+    try:
+        validate_results(result)
+    except ResultsError as exc:
+        raise JobInfraError(f"grader returned an invalid result: {exc}") from exc
+    return result
+
+
+def _run_process(
+    request: dict[str, Any], on_progress: ProgressFn, timeout_s: float, logs: Any
+) -> tuple[dict[str, Any] | None, int | None]:
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workers.job", "--events-fd", str(write_fd)],
+            stdin=subprocess.PIPE,
+            stdout=logs,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,),
+            # Its own session and process group: one killpg ends the core's whole tree.
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        # Only the child holds the write end now, so EOF on read_fd means the job is over.
+        os.close(write_fd)
+    result: dict[str, Any] | None = None
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(request).encode())
+        proc.stdin.close()
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        with os.fdopen(read_fd, "rb", buffering=0) as events:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"grading took longer than {timeout_s:.0f} s")
+                ready, _, _ = select.select([events], [], [], min(left, 1.0))
+                if not ready:
+                    continue
+                chunk = events.read(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                if len(buf) > 2 * MAX_RESULTS_BYTES:
+                    raise JobInfraError("job sent more than the results size limit")
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    event = json.loads(line)
+                    if event.get("event") == "progress":
+                        on_progress(str(event["phase"]), int(event["done"]), event.get("total"))
+                    elif event.get("event") == "result":
+                        result = event["result"]
+        rc = proc.wait(timeout=30)
+    finally:
+        # Also after a normal exit: nothing the job started may outlive it.
+        _kill_group(proc)
+    return result, rc
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the job's process group, SIGKILL whatever is left after the grace period."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=KILL_GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _tail(logs: Any) -> str:
+    logs.seek(0, os.SEEK_END)
+    size = logs.tell()
+    logs.seek(max(0, size - LOG_CAP_BYTES))
+    return logs.read().decode("utf-8", "replace")[-4000:]
+
+
+@app.task(bind=True, name="workers.tasks.grade_submission")
+def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
+    store = get_store()
+    sub = store.get(submission_id)
+    if sub is None:
+        # Enqueued only after the commit, so a missing row was deleted: nothing to grade.
+        log.warning("submission %s does not exist; dropping the task", submission_id)
+        return {"submission_id": submission_id, "status": "missing"}
+    if sub.status == DONE:
+        return {"submission_id": submission_id, "status": DONE, "verdict": sub.verdict}
+
+    queue = (self.request.delivery_info or {}).get("routing_key") or sub.queue
+    unhealthy = getattr(self.request, "kgrade_health", None)
+    if unhealthy is None:  # the task_prerun gate did not run (eager calls, tests)
+        unhealthy = health_check(device_for_queue(queue)) or ""
+    if unhealthy:
+        _stop_consuming(self, queue, unhealthy)
+        # Requeued for a healthy worker; the attempt is not counted against the submission.
+        raise Reject(f"health gate: {unhealthy}", requeue=True)
+
+    attempt = store.start_attempt(submission_id)
+    if attempt is None:
+        return {"submission_id": submission_id, "status": DONE}
+    if attempt > MAX_RUNS:
+        result = failure_result(
+            "INFRA_ERROR",
+            f"grading was interrupted {attempt - 1} times (worker lost); it was not charged",
+        )
+    else:
+        result = _grade(self, sub, attempt)
+    store.save_result(submission_id, attempt, result)
+    return {"submission_id": submission_id, "attempt": attempt, "verdict": result["verdict"]}
+
+
+def _grade(task: Any, sub: Any, attempt: int) -> dict[str, Any]:
+    store = get_store()
+    request = {"exercise_id": sub.exercise_id, "source": sub.source, "device": sub.device}
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        store.set_progress(sub.id, phase, done, total)
+
+    try:
+        return run_job(request, progress)
+    except (SoftTimeLimitExceeded, TimeoutError) as exc:
+        return failure_result(
+            "TIMEOUT", f"grading exceeded its time budget ({exc or 'soft limit'})"
+        )
+    except JobInfraError as exc:
+        log.error("submission %s attempt %s: %s", sub.id, attempt, exc)
+        if attempt < MAX_RUNS:
+            # Infrastructure errors are the only ones retried; the next delivery counts too.
+            raise task.retry(countdown=5, max_retries=MAX_RUNS) from exc
+        return failure_result("INFRA_ERROR", "the grader failed; this was not charged")
+
+
+def _stop_consuming(task: Any, queue: str, reason: str) -> None:
+    """Take this worker off ``queue`` until an operator looks (spec section 7: cancel_consumer)."""
+    log.error("health gate failed on %s for queue %s: %s", task.request.hostname, queue, reason)
+    try:
+        app.control.cancel_consumer(queue, destination=[task.request.hostname])
+    except Exception:  # noqa: BLE001 - best effort; the requeue below still happens
+        log.exception("could not cancel the consumer of %s", queue)
