@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from service.cli.export import export
 from service.cli.items import items
 
 
@@ -14,3 +15,4 @@ def main() -> None:
 
 
 main.add_command(items)
+main.add_command(export)
