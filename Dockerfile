@@ -1,0 +1,52 @@
+# kgrade image: the API (gunicorn) and the Celery workers share it; the command picks the role.
+#
+#   docker build -t kgrade:cpu .                                   # CPU torch: API, CPU workers
+#   docker build -t kgrade:cuda --build-arg TORCH_FLAVOR=cu128 .   # CUDA torch: GPU workers
+#
+# Not built on the development machine (it has no Docker engine); tests/deploy parses the
+# compose and Kubernetes files that use it. See deploy/README.md.
+ARG PYTHON_VERSION=3.12
+FROM python:${PYTHON_VERSION}-slim
+
+# cpu, or a CUDA tag of the PyTorch wheel index (cu126, cu128, ...). The CUDA wheels bring their
+# own CUDA runtime; the host needs only the NVIDIA driver and the container toolkit.
+ARG TORCH_FLAVOR=cpu
+ARG TORCH_VERSION=2.13.0
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    KGRADE_VAR_DIR=/var/lib/kgrade
+
+# bubblewrap: the grader's sandbox (namespaces for student code). tini: signals reach gunicorn
+# and Celery so a worker's warm shutdown can requeue its job.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends bubblewrap tini \
+ && rm -rf /var/lib/apt/lists/*
+
+# torch first, from the index that matches the flavour, so the project's `torch>=...` is
+# already satisfied and pip does not pull a different build.
+RUN pip install --index-url "https://download.pytorch.org/whl/${TORCH_FLAVOR}" "torch==${TORCH_VERSION}"
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY service ./service
+COPY workers ./workers
+COPY kernels ./kernels
+COPY item_bank ./item_bank
+RUN pip install .
+
+# Non-root: the API and the workers never need root; bubblewrap uses user namespaces.
+RUN useradd --create-home --uid 10001 --user-group kgrade \
+ && mkdir -p /var/lib/kgrade \
+ && chown kgrade:kgrade /var/lib/kgrade
+USER kgrade
+WORKDIR /var/lib/kgrade
+
+EXPOSE 8000
+ENTRYPOINT ["/usr/bin/tini", "--"]
+# The API. Workers override the command, e.g.
+#   celery -A workers.celery_app worker -Q gpu -c 1 --pool prefork --prefetch-multiplier 1
+CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "4", "--timeout", "60", \
+     "--access-logfile", "-", "service:create_app()"]

@@ -1,0 +1,157 @@
+"""The deploy files parse and agree with the Celery set-up (no Docker engine here to run them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from workers.celery_app import QUEUE_GPU, QUEUE_GPU_X2, QUEUES
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+GPUS_PER_QUEUE = {QUEUE_GPU: 1, QUEUE_GPU_X2: 2}
+
+
+def _flag(cmd: list[str], *names: str) -> str | None:
+    for i, arg in enumerate(cmd):
+        if arg in names and i + 1 < len(cmd):
+            return cmd[i + 1]
+        for name in names:
+            if name.startswith("--") and arg.startswith(name + "="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def _check_worker_command(cmd: list[str]) -> tuple[list[str], int]:
+    """Queues and concurrency of a Celery worker command, checked against the spec rules."""
+    assert cmd[:4] == ["celery", "-A", "workers.celery_app", "worker"], cmd
+    queues = (_flag(cmd, "-Q", "--queues") or "").split(",")
+    assert queues and set(queues) <= set(QUEUES), queues
+    concurrency = int(_flag(cmd, "-c", "--concurrency") or 0)
+    assert concurrency >= 1
+    assert _flag(cmd, "--pool", "-P") == "prefork"  # the pool that enforces time limits
+    assert _flag(cmd, "--prefetch-multiplier") == "1"
+    if any(q in GPUS_PER_QUEUE for q in queues):
+        assert len(queues) == 1, "a GPU worker consumes exactly one hardware queue"
+        assert concurrency == 1, "one worker process per GPU (or GPU group)"
+    return queues, concurrency
+
+
+# --- docker compose -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def _workers(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: svc
+        for name, svc in compose["services"].items()
+        if "worker" in (svc.get("command") or [])
+    }
+
+
+def test_compose_has_every_role(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("api", "redis", "postgres", "migrate", "worker-cpu"):
+        assert name in services, name
+    assert "noeviction" in services["redis"]["command"]
+    assert "service:create_app()" in services["api"]["command"]
+    for svc in services.values():
+        env = svc.get("environment") or {}
+        if "REDIS_URL" in env:
+            assert env["REDIS_URL"].startswith("redis://redis:")
+
+
+def test_compose_workers_cover_queues_with_one_process_per_gpu(compose: dict[str, Any]) -> None:
+    consumed: set[str] = set()
+    taken: set[str] = set()
+    for name, svc in _workers(compose).items():
+        queues, _ = _check_worker_command(svc["command"])
+        consumed.update(queues)
+        devices = (
+            svc.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        )
+        gpu_ids = [i for d in devices for i in d.get("device_ids", [])]
+        want = GPUS_PER_QUEUE.get(queues[0], 0)
+        assert len(gpu_ids) == want, (name, gpu_ids)
+        if want:
+            assert all("gpu" in d["capabilities"] and d["driver"] == "nvidia" for d in devices)
+            assert not taken & set(gpu_ids), f"{name} shares a GPU with another worker"
+            taken.update(gpu_ids)
+            # Inside the container its GPUs are numbered from 0.
+            assert svc["environment"]["KGRADE_GPUS"].split(",") == [str(i) for i in range(want)]
+            assert svc.get("profiles") == ["gpu"]
+    assert consumed == set(QUEUES)
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def k8s() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    files = kustomization["resources"]
+    on_disk = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(files) == on_disk, "kustomization.yaml lists exactly the manifests"
+    docs: list[dict[str, Any]] = []
+    for name in files:
+        docs += [d for d in yaml.safe_load_all((DEPLOY / "k8s" / name).read_text()) if d]
+    return docs
+
+
+def test_k8s_objects_well_formed(k8s: list[dict[str, Any]]) -> None:
+    names: set[tuple[str, str]] = set()
+    for doc in k8s:
+        assert doc.get("apiVersion") and doc.get("kind"), doc
+        key = (doc["kind"], doc["metadata"]["name"])
+        assert key not in names, f"duplicate {key}"
+        names.add(key)
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            selector = doc["spec"]["selector"]["matchLabels"]
+            labels = doc["spec"]["template"]["metadata"]["labels"]
+            assert selector.items() <= labels.items(), key
+            for c in doc["spec"]["template"]["spec"]["containers"]:
+                assert c["name"] and c["image"], key
+    workloads = [d for d in k8s if d["kind"] in ("Deployment", "StatefulSet")]
+    for svc in (d for d in k8s if d["kind"] == "Service"):
+        sel = svc["spec"]["selector"].items()
+        assert any(sel <= w["spec"]["template"]["metadata"]["labels"].items() for w in workloads), (
+            f"Service {svc['metadata']['name']} selects no workload"
+        )
+    kinds = {k for k, _ in names}
+    assert {"Namespace", "ConfigMap", "Secret", "Job", "Service", "StatefulSet"} <= kinds
+
+
+def test_k8s_workers_one_gpu_per_process(k8s: list[dict[str, Any]]) -> None:
+    consumed: set[str] = set()
+    for doc in k8s:
+        if doc["kind"] != "Deployment" or "worker" not in doc["metadata"]["name"]:
+            continue
+        (container,) = doc["spec"]["template"]["spec"]["containers"]
+        queues, _ = _check_worker_command(container["command"])
+        consumed.update(queues)
+        limits = container["resources"]["limits"]
+        want = GPUS_PER_QUEUE.get(queues[0], 0)
+        assert int(limits.get("nvidia.com/gpu", 0)) == want, doc["metadata"]["name"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if want:
+            assert env["KGRADE_GPUS"].split(",") == [str(i) for i in range(want)]
+            assert doc["spec"]["strategy"]["type"] == "Recreate"
+        assert doc["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert consumed == set(QUEUES)
+
+
+def test_dockerfile_is_non_root_with_sandbox_and_torch_flavour() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "FROM python:${PYTHON_VERSION}-slim" in text
+    assert "ARG TORCH_FLAVOR=cpu" in text and "download.pytorch.org/whl/${TORCH_FLAVOR}" in text
+    assert "bubblewrap" in text
+    user_lines = [ln.split()[1] for ln in text.splitlines() if ln.startswith("USER ")]
+    assert user_lines and user_lines[-1] not in ("root", "0")
+    assert "service:create_app()" in text
