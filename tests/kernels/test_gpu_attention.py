@@ -1,0 +1,126 @@
+"""GPU checks at real sizes (H200 class): Triton kernel in both load paths, the PyTorch fused
+backends used by the rings, and the simulated ring, against fp32 references. Skips without CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.attention import block_attention
+from kernels.attention.backends import fused_backend_ok, run_block
+from kernels.attention.block_attention import block_attention_triton
+from kernels.attention.naive import block_attention_naive
+from kernels.ring import ring_attention
+from tests.kernels.conftest import assert_attention_close
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+def _rand(*shape, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(*shape, device="cuda", generator=g).to(dtype)
+
+
+def _reference(q, k, v, *, causal, q_offset=0, k_offset=0, chunk=2048):
+    """fp32 reference, chunked over queries so long sequences fit (offsets keep the mask exact)."""
+    outs, lses = [], []
+    for s in range(0, q.shape[1], chunk):
+        o, l = block_attention_naive(
+            q[:, s : s + chunk].float(),
+            k.float(),
+            v.float(),
+            causal=causal,
+            q_offset=q_offset + s,
+            k_offset=k_offset,
+        )
+        outs.append(o)
+        lses.append(l)
+    return torch.cat(outs, 1), torch.cat(lses, 2)
+
+
+# (B, Tq, Tk, Hq, Hkv, D, q_offset, k_offset)
+SHAPES = [
+    (2, 4096, 4096, 16, 4, 128, 0, 0),
+    (1, 3001, 5003, 8, 1, 128, 2500, 0),  # MQA, odd lengths, offsets
+    (1, 2048, 2048, 8, 8, 64, 0, 1024),  # first half of the rows see nothing
+    (1, 777, 1000, 4, 2, 96, 300, 300),  # padded head dim
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("use_tma", [True, False], ids=["tma", "ptr"])
+def test_triton_kernel_gpu(shape, causal, use_tma, dtype=torch.bfloat16):
+    if use_tma and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs sm_90")
+    b, tq, tk, hq, hkv, d, qo, ko = shape
+    q, k, v = (
+        _rand(b, tq, hq, d, dtype=dtype, seed=1),
+        _rand(b, tk, hkv, d, dtype=dtype, seed=2),
+        _rand(b, tk, hkv, d, dtype=dtype, seed=3),
+    )
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, tq), float("nan"), device="cuda")
+    # One pinned config: autotuning every shape here would compile dozens of variants.
+    block_attention_triton(
+        q,
+        k,
+        v,
+        causal=causal,
+        q_offset=qo,
+        k_offset=ko,
+        scale=d**-0.5,
+        use_tma=use_tma,
+        block_m=128,
+        block_n=64,
+        num_warps=8,
+        num_stages=3,
+        out=out,
+        lse=lse,
+    )
+    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal, q_offset=qo, k_offset=ko))
+
+
+def test_autotuned_fp16_gpu():
+    q, k, v = (_rand(1, 2000, 8, 128, dtype=torch.float16, seed=s) for s in range(3))
+    for causal in (True, False):
+        out, lse = block_attention(q, k, v, causal=causal)
+        assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))
+
+
+def test_public_api_fp32_gpu():
+    q, k, v = (_rand(1, 700, 4, 64, dtype=torch.float32, seed=s) for s in range(3))
+    out, lse = block_attention(q, k, v, causal=True, q_offset=100, k_offset=0)
+    assert_attention_close(out, lse, *_reference(q, k, v, causal=True, q_offset=100))
+
+
+@pytest.mark.parametrize("backend", ["cudnn", "flash"])
+def test_fused_backends_match(backend):
+    if not fused_backend_ok(backend, torch.bfloat16, 128, torch.device("cuda")):
+        pytest.skip(f"PyTorch {backend} attention not usable here")
+    q, k, v = (_rand(1, 4096, 8, 128, seed=s) for s in range(3))
+    for causal in (True, False):
+        out, lse = run_block(
+            q, k, v, causal=causal, q_offset=0, k_offset=0, scale=128**-0.5, backend=backend
+        )
+        assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))
+
+
+_REF_CACHE: dict[int, tuple[torch.Tensor, ...]] = {}
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "stripe"])
+@pytest.mark.parametrize("backend", ["triton", "auto"])
+def test_ring_simulation_gpu(world_size, layout, backend):
+    t = 16384
+    q, k, v = _rand(1, t, 32, 128, seed=4), _rand(1, t, 8, 128, seed=5), _rand(1, t, 8, 128, seed=6)
+    out, lse = ring_attention(
+        q, k, v, causal=True, world_size=world_size, layout=layout, backend=backend
+    )
+    if t not in _REF_CACHE:
+        _REF_CACHE[t] = _reference(q, k, v, causal=True, chunk=1024)
+    assert_attention_close(out, lse, *_REF_CACHE[t])
