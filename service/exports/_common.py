@@ -7,6 +7,7 @@ more languages becomes HTML, so the language rules of exports.md §5 live in one
 from __future__ import annotations
 
 import hashlib
+import html
 import io
 import zipfile
 from collections.abc import Iterable
@@ -99,9 +100,15 @@ def plain(t: Text, mode: str, source_lang: str) -> str:
     return " / ".join(text for _, text in pieces(t, mode, source_lang))
 
 
+def escape_html(text: str) -> str:
+    """Text as HTML character data (``<``, ``>`` and ``&``), as lxml escapes element text."""
+    return html.escape(text, quote=False)
+
+
 def _inner_html(wrapper: etree._Element) -> str:
     """The serialised content of ``wrapper`` without the wrapper element itself."""
-    out = [wrapper.text or ""]
+    # Leading text is not inside any child, so lxml would not escape it for us.
+    out = [escape_html(wrapper.text or "")]
     out.extend(etree.tostring(child, method="html", encoding="unicode") for child in wrapper)
     return "".join(out)
 
