@@ -84,14 +84,20 @@ def var_dir() -> Path:
 def broker_settings(redis_url: str | None = None) -> dict[str, Any]:
     """Broker and result-backend settings for Redis, or for the no-server transport."""
     redis_url = redis_url if redis_url is not None else os.environ.get("REDIS_URL") or None
-    vt = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+    vt: dict[str, Any] = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
     if redis_url:
+        broker_opts = dict(vt)
+        # Lets several installations (or test runs) share one Redis without seeing each
+        # other's queues: every broker key gets this prefix.
+        prefix = os.environ.get("KGRADE_REDIS_KEYPREFIX")
+        if prefix:
+            broker_opts["global_keyprefix"] = prefix
         return {
             "broker_url": redis_url,
             "result_backend": redis_url,
             # The same visibility timeout on all three knobs (spec section 8): Celery reads
             # the broker's for redelivery and the backend's for its own unacked bookkeeping.
-            "broker_transport_options": dict(vt),
+            "broker_transport_options": broker_opts,
             "result_backend_transport_options": dict(vt),
             "visibility_timeout": VISIBILITY_TIMEOUT_S,
         }
