@@ -1,0 +1,43 @@
+"""Helpers shared by the NSA Triton kernels (dispatch flags, tiny jit utilities)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (CI covers the kernels that way)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def use_triton(x: torch.Tensor) -> bool:
+    return x.is_cuda or interpreting()
+
+
+def dot_f32(dtype: torch.dtype) -> bool:
+    """Dots in fp32 for fp32 inputs (exact 'ieee', not tf32) and always under the interpreter,
+    where bf16 tl.dot returns garbage (spec §5 trap 1)."""
+    return dtype == torch.float32 or interpreting()
+
+
+def pow2(n: int, minimum: int = 16) -> int:
+    return max(minimum, triton.next_power_of_2(max(n, 1)))
+
+
+def autotune_configs(configs: list[triton.Config]) -> list[triton.Config]:
+    """One config under the interpreter: several fail there with '0 active drivers' (trap 2)."""
+    return configs[:1] if interpreting() else configs
+
+
+@triton.jit
+def mma(a, b, F32: tl.constexpr):
+    """a @ b with fp32 accumulation; F32 selects exact fp32 products instead of tf32."""
+    if F32:  # noqa: SIM108 - plain if keeps the Triton frontend on its simplest path
+        r = tl.dot(a, b, input_precision="ieee")
+    else:
+        r = tl.dot(a, b)
+    return r

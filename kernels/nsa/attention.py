@@ -1,0 +1,120 @@
+"""``nsa_attention``: the fast NSA forward (spec §4.1) and its dispatch.
+
+CUDA tensors, or any tensors under TRITON_INTERPRET=1 → Triton kernels; plain CPU tensors →
+the chunked PyTorch path. Both return the same outputs as ``nsa_attention_naive``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.nsa._triton_common import interpreting, use_triton
+from kernels.nsa.compressed import banded_scores_ok, compressed_triton
+from kernels.nsa.config import NSAAux, NSAConfig
+from kernels.nsa.selection import selection_triton
+from kernels.nsa.torch_path import (
+    compress_mean_fast,
+    compressed_torch,
+    selection_torch,
+    window_torch,
+)
+from kernels.nsa.validate import check_nsa_args
+from kernels.nsa.window import window_triton
+
+# Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
+# forgot to write shows up as NaN instead of passing as stale memory.
+POISON_OUTPUTS = False
+
+
+def _alloc(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if POISON_OUTPUTS:
+        if dtype.is_floating_point:
+            return torch.full(shape, float("nan"), dtype=dtype, device=device)
+        return torch.full(shape, -7, dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    # Kernels index the head dim with stride 1; any other stride pattern is fine.
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _compressed_dtype(*xs: torch.Tensor | None) -> torch.dtype:
+    """Storage dtype of k̃, ṽ for the Triton path.
+
+    The reference keeps k̃, ṽ in fp32; tensor-core dots need 16-bit operands. bf16 rounding of
+    k̃ moves lse_cmp by ≈ 1e-3 (the stage-2 limit), fp16's 3 extra mantissa bits keep it near
+    2e-4, so bf16 inputs use fp16 k̃ (and cast q to fp16 in-kernel) whenever every value fits
+    fp16's range; otherwise they stay bf16. One host sync for the range check. fp16 still
+    rounds k̃ by 2^-11 relative, so |Δlse_cmp| grows with the logit size (≈ 2.5e-3 at logits
+    ≈ 30 on planted peaks); random-input stage-2 tolerances hold.
+    """
+    q = xs[0]
+    assert q is not None
+    if interpreting():  # the interpreter computes in fp32 anyway: keep k̃ exact
+        return torch.float32
+    if q.dtype != torch.bfloat16:
+        return q.dtype
+    peak = max(float(x.abs().amax()) for x in xs if x is not None and x.numel() > 0)
+    return torch.float16 if peak < 30000.0 else torch.bfloat16
+
+
+def nsa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gates: torch.Tensor,
+    config: NSAConfig = NSAConfig(),  # noqa: B008 - frozen dataclass, safe default
+    *,
+    k_cmp: torch.Tensor | None = None,
+    v_cmp: torch.Tensor | None = None,
+    block_indices: torch.Tensor | None = None,
+    return_aux: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, NSAAux]:
+    """Native Sparse Attention forward (compressed + selected + sliding window, gated).
+
+    q [B,T,Hq,Dk], k [B,T,Hkv,Dk], v [B,T,Hkv,Dv], gates [B,T,Hq,3] in [0,1] (cmp, slc, win).
+    Returns out [B,T,Hq,Dv] in q.dtype, or (out, NSAAux) with return_aux=True.
+    Forward only: no autograd support yet.
+    """
+    dims = check_nsa_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
+    cfg = config
+    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+    fast = use_triton(q)
+    kc_dtype = _compressed_dtype(q, k, v, k_cmp, v_cmp) if fast else torch.float32
+    if cfg.compress == "mean":
+        kc = compress_mean_fast(k, cfg, kc_dtype)  # [B, Tc, Hkv, Dk]
+        vc = compress_mean_fast(v, cfg, kc_dtype)  # [B, Tc, Hkv, Dv]
+    else:
+        assert k_cmp is not None and v_cmp is not None
+        kc, vc = k_cmp, v_cmp
+        if fast and kc.dtype != kc_dtype:
+            kc, vc = kc.to(kc_dtype), vc.to(kc_dtype)
+    want = block_indices is None
+
+    if fast and dims.tc > 0 and banded_scores_ok(cfg):
+        o_cmp, lse_cmp, idx = compressed_triton(q, kc, vc, cfg, dims.scale, want, alloc=_alloc)
+    else:
+        # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two
+        o_cmp, lse_cmp, idx = compressed_torch(q, kc, vc, cfg, dims.scale, want)
+    if idx is None:
+        assert block_indices is not None
+        idx = block_indices.to(torch.int32).contiguous()
+
+    if fast:
+        o_slc, lse_slc = selection_triton(q, k, v, idx, cfg, dims.scale, alloc=_alloc)
+        out, lse_win = window_triton(
+            q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc
+        )
+        o_win = None
+        if return_aux:  # the fused kernel returns only out; recompute o_win for the aux
+            o_win, _ = window_triton(q, k, v, cfg.window, dims.scale, alloc=_alloc)
+    else:
+        o_slc, lse_slc = selection_torch(q, k, v, idx, cfg, dims.scale)
+        o_win, lse_win = window_torch(q, k, v, cfg, dims.scale)
+        gf = gates.float()
+        out = gf[..., 0:1] * o_cmp + gf[..., 1:2] * o_slc + gf[..., 2:3] * o_win
+        out = out.to(q.dtype)
+    if not return_aux:
+        return out
+    return out, NSAAux(idx, lse_cmp, lse_slc, lse_win, o_cmp, o_slc, o_win)

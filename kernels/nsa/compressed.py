@@ -1,0 +1,387 @@
+"""Compressed-attention branch, block scores and top-n selection (Triton).
+
+Design (spec §4.2, §7 budget "compressed attention + scores + top-n ≤ 15 ms at 64k"):
+
+* One program owns BLOCK_T query positions × the G query heads of one KV head, so a
+  [BLOCK_T·G, BLOCK_C] logit tile feeds tensor cores even at G = 16 and the per-group head
+  sum of p_cmp happens in registers; [T, Tc] probabilities are never written out.
+* Pass 1 computes the exact log-normaliser per row (QK̃ only). Pass 2 recomputes QK̃ with the
+  final lse, so p is exact without online rescaling: it gives o_cmp = p·ṽ and, when scores
+  are wanted, the ω-transformed group sums.
+* ω is banded: with L = l′/d, s[j] = Σ_r wa[r]·P[jL+r] + Σ_r wb[r]·P[(j−1)L+r]. Tiles of
+  compressed blocks aligned to L write both halves (SA: own block, SB: spill into the next);
+  the top-n kernel adds SB shifted by one block while loading, so no tile needs a halo.
+* Top-n runs in its own kernel over rows of [Ts] scores: n rounds of (max, smallest index
+  attaining it), which makes ties go to the smaller block index exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+from kernels.nsa.config import NSAConfig
+
+_LOG2E = 1.4426950408889634
+
+
+def _cmp_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 32}, num_warps=4, num_stages=1)]
+    return autotune_configs(
+        [
+            triton.Config({"BLOCK_M": bm, "BLOCK_C": bc}, num_warps=w, num_stages=s)
+            for bm, bc, w, s in (
+                (64, 64, 4, 3),
+                (128, 64, 8, 3),
+                (128, 64, 4, 2),
+                (64, 128, 4, 2),
+                (128, 128, 8, 2),
+                (128, 32, 4, 3),
+            )
+        ]
+    )
+
+
+@triton.autotune(configs=_cmp_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES"])
+@triton.jit
+def nsa_compressed_fwd_kernel(
+    Q,  # [B, T, Hq, Dk]
+    KC,  # [B, Tc, Hkv, Dk]
+    VC,  # [B, Tc, Hkv, Dv]
+    O,  # [B, T, Hq, Dv] fp32
+    LSE,  # [B, T, Hq] fp32 (natural log)
+    SA,  # [B, Hkv, T, Ts] fp32: ω-weighted group sums into the own selection block
+    SB,  # [B, Hkv, T, Ts] fp32: spill into the next selection block
+    sq_b,
+    sq_t,
+    sq_h,
+    sk_b,
+    sk_t,
+    sk_h,
+    sv_b,
+    sv_t,
+    sv_h,
+    so_b,
+    so_t,
+    so_h,
+    sl_b,
+    sl_t,
+    ss_b,
+    ss_h,
+    ss_t,
+    T,
+    TC,
+    TS,
+    qk_scale,  # scale · log2(e): softmax in base 2
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    RATIO: tl.constexpr,  # l′ / d, a power of two here
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    SCORES: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    BLOCK_T: tl.constexpr = BLOCK_M // G
+    BLOCK_S: tl.constexpr = BLOCK_C // RATIO
+    pid_t = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t0 = pid_t * BLOCK_T
+    rows = tl.arange(0, BLOCK_M)
+    t = t0 + rows // G  # [BLOCK_M] query position of each row (rows: position-major)
+    h = g * G + rows % G  # [BLOCK_M] query head of each row
+    row_ok = t < T
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + offs_dk[None, :],
+        mask=row_ok[:, None] & (offs_dk[None, :] < DK),
+        other=0.0,
+    )  # [BLOCK_M, BLOCK_DK]
+    if DOT_F32:  # noqa: SIM108 - constexpr branch
+        q = q.to(tl.float32)
+    else:  # k̃ may be stored in fp16 for bf16 inputs (finer mantissa); dot operands must match
+        q = q.to(KC.dtype.element_ty)
+    # Blocks visible to the last row bound the loop; per-row visibility is masked below.
+    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
+    num = t_last + 1 - L_CMP
+    n_vis = tl.where(num >= 0, num // D_STRIDE + 1, 0)
+    n_vis = tl.minimum(n_vis, TC)
+    kc_base = KC + b * sk_b + g * sk_h
+    vc_base = VC + b * sv_b + g * sv_h
+
+    # ---- pass 1: exact row max and sum (base 2) ----
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    for c0 in range(0, n_vis, BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
+            other=0.0,
+        )  # [BLOCK_DK, BLOCK_C]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = mma(q, kt, DOT_F32) * qk_scale
+        vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l_i = l_i * tl.exp2(m_i - m_safe) + tl.sum(tl.exp2(s - m_safe[:, None]), 1)
+        m_i = m_new
+    has = l_i > 0
+    lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    lse_safe = tl.where(has, lse2, 0.0)
+
+    # ---- pass 2: exact p, o_cmp = p·ṽ, and ω-weighted group sums ----
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    r = tl.arange(0, RATIO)
+    # ω(jL + r, j) and ω(jL + r, j + 1), in units of d (spec: |overlap| / d)
+    wa = (tl.minimum(r * D_STRIDE + L_CMP, RATIO * D_STRIDE) - r * D_STRIDE).to(tl.float32)
+    wa = wa / D_STRIDE
+    wb = tl.maximum(r * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(tl.float32) / D_STRIDE
+    tt = t0 + tl.arange(0, BLOCK_T)
+    s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
+    for c0 in range(0, n_vis, BLOCK_C):
+        c = c0 + tl.arange(0, BLOCK_C)
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = mma(q, kt, DOT_F32) * qk_scale
+        vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
+        p = tl.where(vis, tl.exp2(s - lse_safe[:, None]), 0.0)  # [BLOCK_M, BLOCK_C]
+        vt = tl.load(
+            vc_base + c[:, None] * sv_t + offs_dv[None, :],
+            mask=(c[:, None] < n_vis) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )  # [BLOCK_C, BLOCK_DV]
+        if DOT_F32:
+            acc += mma(p, vt.to(tl.float32), DOT_F32)
+        else:
+            acc += mma(p.to(vt.dtype), vt, DOT_F32)
+        if SCORES:
+            pg = tl.sum(tl.reshape(p, [BLOCK_T, G, BLOCK_C]), axis=1)  # head sum per group
+            p3 = tl.reshape(pg, [BLOCK_T, BLOCK_S, RATIO])
+            sa = tl.sum(p3 * wa[None, None, :], axis=2)  # [BLOCK_T, BLOCK_S]
+            sb = tl.sum(p3 * wb[None, None, :], axis=2)
+            jj = c0 // RATIO + tl.arange(0, BLOCK_S)
+            smask = (tt[:, None] < T) & (jj[None, :] < TS)
+            tl.store(SA + s_base + jj[None, :], sa, mask=smask)
+            tl.store(SB + s_base + jj[None, :], sb, mask=smask)
+    tl.store(
+        O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
+        acc,
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+    )
+    tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
+
+
+@triton.jit
+def nsa_topn_kernel(
+    SA,  # [B, Hkv, T, Ts] fp32
+    SB,  # [B, Hkv, T, Ts] fp32
+    IDX,  # [B, T, Hkv, n] int32, in pick order (sorted by the host)
+    ss_b,
+    ss_h,
+    ss_t,
+    si_b,
+    si_t,
+    si_h,
+    T,
+    TS,
+    HKV: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    RATIO: tl.constexpr,
+    L_SEL: tl.constexpr,
+    N_SEL: tl.constexpr,
+    N_INIT: tl.constexpr,
+    N_LOCAL: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_TS: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
+    # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
+    # unwritten by the compressed kernel), so they are masked rather than loaded.
+    num = t + 1 - L_CMP
+    imax = tl.where(num >= 0, num // D_STRIDE, -1)
+    row_ok = t < T
+    va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
+    vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
+    vb = vb & (j[None, :] < TS)
+    base = b * ss_b + g * ss_h + t[:, None] * ss_t
+    s = tl.load(SA + base + j[None, :], mask=va, other=0.0)
+    s += tl.load(SB + base + j[None, :] - 1, mask=vb, other=0.0)
+    cur = t // L_SEL
+    eligible = j[None, :] <= cur[:, None]
+    forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
+    s = tl.where(forced, float("inf"), s)
+    s = tl.where(eligible, s, float("-inf"))
+    out = IDX + b * si_b + t * si_t + g * si_h
+    for k in range(N_SEL):
+        best = tl.max(s, axis=1)  # [BLOCK_R]
+        # smallest index attaining the max: ties go to the smaller block index
+        pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
+        ok = best > float("-inf")
+        tl.store(out + k, tl.where(ok, pick, -1), mask=row_ok)
+        s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
+
+
+def compressed_triton(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    want_indices: bool,
+    alloc: object = torch.empty,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Triton compressed branch. Same contract as ``torch_path.compressed_torch``.
+
+    Requires l′/d to be a power of two (the banded ω reshape); callers check
+    ``banded_scores_ok`` and fall back to the PyTorch path otherwise.
+    """
+    b, t, hq, dk = q.shape
+    tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
+    g = hq // hkv
+    ts = -(-t // cfg.sel_block)
+    ratio = cfg.sel_block // cfg.cmp_stride
+    dev = q.device
+    o = alloc((b, t, hq, dv), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    if want_indices:
+        sa = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+        sb = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    else:  # dummies: SCORES=False never touches them
+        sa = sb = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
+    kc = kc.contiguous()
+    vc = vc.contiguous()
+
+    def grid(meta: dict[str, int]) -> tuple[int, int]:
+        return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
+
+    nsa_compressed_fwd_kernel[grid](
+        q,
+        kc,
+        vc,
+        o,
+        lse,
+        sa,
+        sb,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        kc.stride(0),
+        kc.stride(1),
+        kc.stride(2),
+        vc.stride(0),
+        vc.stride(1),
+        vc.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
+        t,
+        tc,
+        ts,
+        scale * _LOG2E,
+        HKV=hkv,
+        G=g,
+        L_CMP=cfg.cmp_block,
+        D_STRIDE=cfg.cmp_stride,
+        RATIO=ratio,
+        DK=dk,
+        DV=dv,
+        BLOCK_DK=pow2(dk),
+        BLOCK_DV=pow2(dv),
+        SCORES=want_indices,
+        DOT_F32=dot_f32(q.dtype),
+    )
+    if not want_indices:
+        return o, lse, None
+    idx = topn_triton(sa, sb, t, hkv, cfg, alloc)
+    return o, lse, idx
+
+
+def topn_triton(
+    sa: torch.Tensor,
+    sb: torch.Tensor,
+    t: int,
+    hkv: int,
+    cfg: NSAConfig,
+    alloc: object = torch.empty,
+) -> torch.Tensor:
+    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded."""
+    b, ts = sa.shape[0], sa.shape[3]
+    n = cfg.sel_count
+    picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
+    block_ts = pow2(ts, 16)
+    # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
+    block_r = max(1, min(64, 16384 // block_ts))
+    if interpreting():
+        block_r = max(block_r, 16)
+    nsa_topn_kernel[(triton.cdiv(t, block_r), b * hkv)](
+        sa,
+        sb,
+        picks,
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
+        picks.stride(0),
+        picks.stride(1),
+        picks.stride(2),
+        t,
+        ts,
+        HKV=hkv,
+        L_CMP=cfg.cmp_block,
+        D_STRIDE=cfg.cmp_stride,
+        RATIO=cfg.sel_block // cfg.cmp_stride,
+        L_SEL=cfg.sel_block,
+        N_SEL=n,
+        N_INIT=cfg.sel_init,
+        N_LOCAL=cfg.sel_local,
+        BLOCK_R=block_r,
+        BLOCK_TS=block_ts,
+        num_warps=4 if block_ts <= 1024 else 8,
+    )
+    # Ascending order with −1 last: sort with −1 mapped above every real block.
+    big = torch.iinfo(torch.int32).max
+    srt = torch.where(picks < 0, big, picks).sort(dim=-1).values
+    return torch.where(srt == big, -1, srt).to(torch.int32)
+
+
+def banded_scores_ok(cfg: NSAConfig) -> bool:
+    ratio = cfg.sel_block // cfg.cmp_stride
+    return ratio & (ratio - 1) == 0 and ratio <= 32  # BLOCK_C ≥ 32 holds whole groups
+
+
+__all__ = [
+    "banded_scores_ok",
+    "compressed_triton",
+    "nsa_compressed_fwd_kernel",
+    "nsa_topn_kernel",
+    "topn_triton",
+]

@@ -1,0 +1,129 @@
+"""Argument checks for ``nsa_attention`` and ``nsa_attention_naive`` (shared by both)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels._validate import check_bthd, check_scale, check_tensor
+from kernels.nsa.config import NSAConfig, num_cmp_blocks, num_sel_blocks
+
+SUPPORTED_GROUPS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class NSADims:
+    batch: int
+    seq_len: int
+    hq: int
+    hkv: int
+    group: int
+    dk: int
+    dv: int
+    tc: int
+    ts: int
+    scale: float
+
+
+def check_nsa_args(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gates: torch.Tensor,
+    config: NSAConfig,
+    k_cmp: torch.Tensor | None,
+    v_cmp: torch.Tensor | None,
+    block_indices: torch.Tensor | None,
+) -> NSADims:
+    if not isinstance(config, NSAConfig):
+        raise ValueError(f"config must be an NSAConfig, got {type(config).__name__}")
+    b, t, _, hq, hkv, dk, dv = check_bthd(q, k, v, same_len=True, same_head_dim=False)
+    if t == 0:
+        raise ValueError("sequence length T (dim 1 of q) must be >= 1")
+    group = hq // hkv
+    if group not in SUPPORTED_GROUPS:
+        raise ValueError(
+            f"G = Hq/Hkv = {hq}/{hkv} = {group} is not supported; use G in {SUPPORTED_GROUPS}"
+        )
+    scale = check_scale(config.scale, dk)
+
+    check_tensor("gates", gates, 4)
+    if tuple(gates.shape) != (b, t, hq, 3):
+        raise ValueError(
+            f"gates must have shape [B, T, Hq, 3] = {(b, t, hq, 3)}, got {tuple(gates.shape)}"
+        )
+    if not gates.is_floating_point():
+        raise ValueError(f"gates must be a floating tensor, got {gates.dtype}")
+    if gates.device != q.device:
+        raise ValueError(f"gates must be on q's device {q.device}, got {gates.device}")
+    # One host sync; NaN fails both comparisons so it is caught here too.
+    if not bool(((gates >= 0) & (gates <= 1)).all()):
+        raise ValueError("gates must lie in [0, 1] (apply sigmoid first) and contain no NaN")
+
+    tc = num_cmp_blocks(t, config)
+    ts = num_sel_blocks(t, config)
+    if config.compress == "mean":
+        if k_cmp is not None or v_cmp is not None:
+            raise ValueError(
+                'k_cmp/v_cmp are only accepted with NSAConfig(compress="given"); '
+                'compress="mean" pools k and v itself'
+            )
+    else:
+        if k_cmp is None or v_cmp is None:
+            raise ValueError('NSAConfig(compress="given") requires both k_cmp and v_cmp')
+        check_tensor("k_cmp", k_cmp, 4)
+        check_tensor("v_cmp", v_cmp, 4)
+        for name, x, dim in (("k_cmp", k_cmp, dk), ("v_cmp", v_cmp, dv)):
+            if tuple(x.shape) != (b, tc, hkv, dim):
+                raise ValueError(
+                    f"{name} must have shape [B, Tc, Hkv, D] = {(b, tc, hkv, dim)} "
+                    f"(Tc = floor((T-l)/d)+1 = {tc}), got {tuple(x.shape)}"
+                )
+            if x.dtype != k.dtype:
+                raise ValueError(f"{name} must have k's dtype {k.dtype}, got {x.dtype}")
+            if x.device != k.device:
+                raise ValueError(f"{name} must be on k's device {k.device}, got {x.device}")
+
+    if block_indices is not None:
+        check_block_indices(block_indices, b, t, hkv, ts, config, q.device)
+    return NSADims(b, t, hq, hkv, group, dk, dv, tc, ts, scale)
+
+
+def check_block_indices(
+    idx: torch.Tensor,
+    b: int,
+    t: int,
+    hkv: int,
+    ts: int,
+    config: NSAConfig,
+    device: torch.device,
+) -> None:
+    check_tensor("block_indices", idx, 4)
+    n = config.sel_count
+    if tuple(idx.shape) != (b, t, hkv, n):
+        raise ValueError(
+            f"block_indices must have shape [B, T, Hkv, n] = {(b, t, hkv, n)}, "
+            f"got {tuple(idx.shape)}"
+        )
+    if idx.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"block_indices must be int32 or int64, got {idx.dtype}")
+    if idx.device != device:
+        raise ValueError(f"block_indices must be on q's device {device}, got {idx.device}")
+    if n == 0 or idx.numel() == 0:
+        return
+    pos = torch.arange(t, device=device).view(1, t, 1, 1)
+    current = pos // config.sel_block  # last eligible block per query position
+    empty = idx == -1
+    bad = ~empty & ((idx < 0) | (idx > current))
+    if bool(bad.any()):
+        where = tuple(int(x) for x in bad.nonzero()[0])
+        raise ValueError(
+            "block_indices entries must be -1 (empty) or an eligible block j <= floor(t/l') "
+            f"(first offender at [b, t, g, slot] = {where}, value {int(idx[where])})"
+        )
+    # Duplicates would attend to one block twice in the fast path but once in the mask.
+    srt = torch.where(empty, torch.full_like(idx, -2), idx).sort(dim=-1).values
+    dup = (srt[..., 1:] == srt[..., :-1]) & (srt[..., 1:] >= 0)
+    if bool(dup.any()):
+        raise ValueError("block_indices must not repeat a block within one (b, t, g) row")

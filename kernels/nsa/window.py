@@ -1,0 +1,229 @@
+"""Sliding-window branch (Triton), optionally fused with the gated combine.
+
+A program owns BLOCK_T query positions × the G heads of one KV head (rows position-major, as
+in the compressed kernel), so each K/V tile of the band [t0 − w + 1, t0 + BLOCK_T) is loaded
+once per group instead of once per query head. With COMBINE the program also reads the
+gates and the fp32 o_cmp / o_slc rows and writes the final output in q's dtype, saving a
+separate pass over three [B, T, Hq, Dv] tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+
+_LOG2E = 1.4426950408889634
+
+
+def _win_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
+    return autotune_configs(
+        [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+            for bm, bn, w, s in (
+                (128, 64, 8, 3),
+                (128, 64, 4, 3),
+                (64, 64, 4, 3),
+                (128, 128, 8, 2),
+                (256, 64, 8, 3),
+            )
+        ]
+    )
+
+
+@triton.autotune(configs=_win_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE"])
+@triton.jit
+def nsa_window_fwd_kernel(
+    Q,  # [B, T, Hq, Dk]
+    K,  # [B, T, Hkv, Dk]
+    V,  # [B, T, Hkv, Dv]
+    O,  # COMBINE: out [B, T, Hq, Dv] in q's dtype; else o_win fp32
+    LSE,  # [B, T, Hq] fp32
+    OC,  # [B, T, Hq, Dv] fp32 o_cmp (COMBINE only)
+    OS,  # [B, T, Hq, Dv] fp32 o_slc (COMBINE only)
+    GATES,  # [B, T, Hq, 3] (COMBINE only)
+    sq_b,
+    sq_t,
+    sq_h,
+    sk_b,
+    sk_t,
+    sk_h,
+    sv_b,
+    sv_t,
+    sv_h,
+    so_b,
+    so_t,
+    so_h,
+    sl_b,
+    sl_t,
+    sb_b,  # strides shared by OC and OS (both fresh contiguous)
+    sb_t,
+    sb_h,
+    sg_b,
+    sg_t,
+    sg_h,
+    sg_c,
+    T,
+    qk_scale,
+    W: tl.constexpr,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    COMBINE: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    BLOCK_T: tl.constexpr = BLOCK_M // G
+    pid_t = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t0 = pid_t * BLOCK_T
+    rows = tl.arange(0, BLOCK_M)
+    t = t0 + rows // G  # [BLOCK_M]
+    h = g * G + rows % G
+    row_ok = t < T
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + offs_dk[None, :],
+        mask=row_ok[:, None] & (offs_dk[None, :] < DK),
+        other=0.0,
+    )
+    if DOT_F32:
+        q = q.to(tl.float32)
+    k_base = K + b * sk_b + g * sk_h
+    v_base = V + b * sv_b + g * sv_h
+    lo = tl.maximum(t0 - W + 1, 0)
+    hi = tl.minimum(t0 + BLOCK_T, T)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        kpos = n0 + tl.arange(0, BLOCK_N)
+        kin = kpos < hi
+        kt = tl.load(
+            k_base + kpos[None, :] * sk_t + offs_dk[:, None],
+            mask=kin[None, :] & (offs_dk[:, None] < DK),
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        s = mma(q, kt, DOT_F32) * qk_scale
+        vis = kin[None, :] & (kpos[None, :] <= t[:, None]) & (kpos[None, :] > t[:, None] - W)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vt = tl.load(
+            v_base + kpos[:, None] * sv_t + offs_dv[None, :],
+            mask=kin[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if DOT_F32:
+            acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
+        else:
+            acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
+        m_i = m_new
+    has = l_i > 0
+    inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
+    o_win = acc * inv[:, None]
+    lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
+    omask = row_ok[:, None] & (offs_dv[None, :] < DV)
+    optr = b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :]
+    if COMBINE:
+        gbase = GATES + b * sg_b + t * sg_t + h * sg_h
+        g0 = tl.load(gbase, mask=row_ok, other=0.0).to(tl.float32)
+        g1 = tl.load(gbase + sg_c, mask=row_ok, other=0.0).to(tl.float32)
+        g2 = tl.load(gbase + 2 * sg_c, mask=row_ok, other=0.0).to(tl.float32)
+        bptr = b * sb_b + t[:, None] * sb_t + h[:, None] * sb_h + offs_dv[None, :]
+        o_c = tl.load(OC + bptr, mask=omask, other=0.0)
+        o_s = tl.load(OS + bptr, mask=omask, other=0.0)
+        out = g0[:, None] * o_c + g1[:, None] * o_s + g2[:, None] * o_win
+        tl.store(O + optr, out.to(O.dtype.element_ty), mask=omask)
+    else:
+        tl.store(O + optr, o_win, mask=omask)
+
+
+def window_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float,
+    *,
+    combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    alloc: object = torch.empty,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Window branch. combine=None → (o_win fp32, lse_win); combine=(o_cmp, o_slc, gates) →
+    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32."""
+    b, t, hq, dk = q.shape
+    hkv, dv = k.shape[2], v.shape[3]
+    g = hq // hkv
+    dev = q.device
+    out_dtype = q.dtype if combine is not None else torch.float32
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    if combine is not None:
+        o_cmp, o_slc, gates = combine
+        o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
+    else:
+        o_cmp = o_slc = gates = o  # unused placeholders (COMBINE=False never reads them)
+
+    def grid(meta: dict[str, int]) -> tuple[int, int]:
+        return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
+
+    nsa_window_fwd_kernel[grid](
+        q,
+        k,
+        v,
+        o,
+        lse,
+        o_cmp,
+        o_slc,
+        gates,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        o.stride(0),
+        o.stride(1),
+        o.stride(2),
+        lse.stride(0),
+        lse.stride(1),
+        o_cmp.stride(0),
+        o_cmp.stride(1),
+        o_cmp.stride(2),
+        gates.stride(0),
+        gates.stride(1),
+        gates.stride(2),
+        gates.stride(3),
+        t,
+        scale * _LOG2E,
+        W=window,
+        HKV=hkv,
+        G=g,
+        DK=dk,
+        DV=dv,
+        BLOCK_DK=pow2(dk),
+        BLOCK_DV=pow2(dv),
+        COMBINE=combine is not None,
+        DOT_F32=dot_f32(q.dtype),
+    )
+    return o, lse
