@@ -25,7 +25,12 @@ import triton  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from kernels.attention import block_attention  # noqa: E402
-from kernels.attention.block_attention import _TMA_BEST, block_attention_triton  # noqa: E402
+from kernels.attention.backends import resolve_backend  # noqa: E402
+from kernels.attention.block_attention import (  # noqa: E402
+    _TMA_BEST,
+    _block_attention_fwd_tuned,
+    block_attention_triton,
+)
 from kernels.ring import ring_attention, shard  # noqa: E402
 from kernels.ring.simulate import rank_forward  # noqa: E402
 
@@ -130,10 +135,11 @@ def ring_section(t: int, h: int, d: int, worlds: list[int], backends: list[str])
         fl,
     )
     record(sec, "one call: ours", bench(lambda: block_attention(q, k, v, causal=True), 10, 200), fl)
-    for backend in backends:
+    for requested in backends:
+        backend = resolve_backend(requested, q)  # rank_forward takes a resolved block kernel
         for p in worlds:
             for layout in ("contiguous", "zigzag"):
-                name = f"P{p} {layout} [{backend}]"
+                name = f"P{p} {layout} [{requested}->{backend}]"
                 try:
                     total = bench(
                         partial(
@@ -200,6 +206,8 @@ def main() -> None:
         for causal in (False, True):
             kernel_section(b, s, h, d, causal, with_flex=False)
     print("TMA configs chosen:", _TMA_BEST, flush=True)
+    tuned = getattr(_block_attention_fwd_tuned, "cache", {})
+    print("pointer-path configs chosen:", {k[:4]: str(v) for k, v in tuned.items()}, flush=True)
     if not args.no_ring:
         t, h, d, worlds = ring
         ring_section(t, h, d, worlds, ["triton", "auto"])
