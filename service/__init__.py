@@ -1,1 +1,55 @@
-"""service."""
+"""kgrade's web service: quiz delivery and grading over a REST API.
+
+``create_app(config)`` builds the Flask app: configuration (``service.config``), the database
+(``service.extensions.db``, models in ``service.db``), the flask-smorest API with its blueprints
+(``service.api.BLUEPRINTS``) and the docs page. In production it runs under gunicorn via
+``kgrade serve`` (``service:create_app()``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask
+
+from service.config import load_config
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    from service.api import register_api
+    from service.extensions import db
+
+    app = Flask(__name__, instance_relative_config=False)
+    app.config.update(load_config(config))
+    app.json.sort_keys = False  # keep the schemas' field order in responses
+    db.init_app(app)
+    register_api(app)
+    if app.config["IMPORT_BANK"]:
+        _import_bank(app)
+    return app
+
+
+def _import_bank(app: Flask) -> None:
+    """Bring new or changed bank quizzes into the database at start-up (after migrations).
+
+    Skipped quietly when the schema is not there yet: ``kgrade db upgrade`` imports then.
+    """
+    from sqlalchemy import inspect
+
+    from service.db import write_intent
+    from service.extensions import db
+    from service.quizzes_store import sync_bank
+
+    log = logging.getLogger("kgrade")
+    with app.app_context():
+        if not inspect(db.engine).has_table("quizzes"):
+            log.warning("database has no tables yet; run `kgrade db upgrade`")
+            return
+        with write_intent():
+            result = sync_bank(db.session)
+            db.session.commit()
+        for line in result.errors:
+            log.warning("item bank: %s", line)
+        if result.created or result.updated:
+            log.info("item bank: created %s, updated %s", result.created, result.updated)

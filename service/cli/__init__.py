@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
+from service.cli.db import db
 from service.cli.export import export
 from service.cli.items import items
+from service.cli.serve import serve
+from service.cli.token import token
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,3 +19,6 @@ def main() -> None:
 
 main.add_command(items)
 main.add_command(export)
+main.add_command(db)
+main.add_command(token)
+main.add_command(serve)

@@ -1,0 +1,244 @@
+"""Shared pieces of the REST API: the error schema, auth + docs decorator, transactions and
+``Idempotency-Key`` handling.
+
+``endpoint(blp, roles=..., errors=..., write=..., idempotent=...)`` is the one decorator a view
+needs beyond flask-smorest's ``@blp.arguments`` / ``@blp.response``; put it above them. It
+
+* documents the bearer security requirement and every listed error status in the OpenAPI spec,
+* authenticates (401) and checks the role (403) before the body is parsed,
+* for ``write=True``: runs the view in one transaction that commits only when the response is a
+  success; any error (abort, validation failure, unexpected exception) rolls everything back, so
+  bad input never changes stored data,
+* for ``idempotent=True``: stores the response under the caller's ``Idempotency-Key`` in the same
+  transaction and replays it for a retry with the same key and body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from functools import wraps
+from typing import Any, TypeVar
+
+from flask import Response, make_response, request
+from flask_smorest import Blueprint as SmorestBlueprint
+from flask_smorest import abort
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from webargs.flaskparser import FlaskParser
+from werkzeug.exceptions import HTTPException
+
+from service.api.errors import ErrorSchema
+from service.auth import current_principal, requires
+from service.db import write_intent
+from service.db.attempts import IdempotencyRecord
+from service.extensions import db
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """``json.loads`` that reports every undecodable body as a ``JSONDecodeError``.
+
+    Deeply nested input (``[[[[...]]]]``) makes the stdlib parser raise ``RecursionError``, which
+    would otherwise escape as a 500.
+    """
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+    except UnicodeDecodeError as exc:
+        raise json.JSONDecodeError(f"not UTF-8: {exc.reason}", "", 0) from None
+
+
+class KgradeParser(FlaskParser):
+    def _raw_load_json(self, req: Any) -> Any:
+        try:
+            return super()._raw_load_json(req)
+        except RecursionError:
+            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
+class Blueprint(SmorestBlueprint):
+    """flask-smorest's Blueprint with a JSON parser that never lets bad input become a 500."""
+
+    ARGUMENTS_PARSER = KgradeParser()
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Malformed request (invalid JSON body, bad header)",
+    401: "Missing, malformed, invalid or revoked bearer token",
+    403: "The token's role may not use this endpoint, or the resource is another student's",
+    404: "Unknown quiz, attempt or item",
+    409: "Conflicts with the stored state (already answered, submitted, attempt limit, exists)",
+    413: "Request body larger than the configured limit",
+    422: "The body, query or header failed validation; `errors` names each field",
+    503: "A required component is not installed",
+}
+
+IDEMPOTENCY_PARAM: dict[str, Any] = {
+    "in": "header",
+    "name": IDEMPOTENCY_HEADER,
+    "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+    "description": "Any unique string (e.g. a UUID). A retry with the same key and the same "
+    "body returns the stored response (header `Idempotent-Replayed: true`) instead of "
+    "creating a second attempt or response; the same key with a different request is a 422.",
+}
+
+
+def error(status: int, message: str, **errors: Any) -> None:
+    """Abort with a JSON error; keyword arguments become ``errors`` (location -> field -> msgs)."""
+    if errors:
+        abort(status, message=message, errors=errors)
+    abort(status, message=message)
+
+
+def field_error(status: int, location: str, field: str, message: str) -> None:
+    abort(status, message=f"{field}: {message}", errors={location: {field: [message]}})
+
+
+def endpoint(
+    blp: Blueprint,
+    *,
+    roles: Iterable[str],
+    errors: Iterable[int] = (),
+    write: bool = False,
+    idempotent: bool = False,
+) -> Callable[[F], F]:
+    roles = tuple(roles)
+
+    def decorator(func: F) -> F:
+        f: Callable[..., Any] = func
+        if write or idempotent:
+            f = _transactional(f, idempotent=idempotent)
+        f = requires(*roles)(f)
+        f = blp.doc(security=[{"bearerAuth": []}])(f)
+        codes = {401, 403, *errors}
+        if idempotent:
+            codes |= {400, 422}
+            f = blp.doc(parameters=[IDEMPOTENCY_PARAM])(f)
+        for code in sorted(codes):
+            f = blp.alt_response(code, schema=ErrorSchema, description=ERROR_DESCRIPTIONS[code])(f)
+        return f  # type: ignore[return-value]
+
+    return decorator
+
+
+def _request_hash() -> str:
+    raw = request.get_data(cache=True)
+    try:
+        # Same JSON in a different key order or spacing is the same request.
+        body = json.dumps(parse_json_body(raw), sort_keys=True, separators=(",", ":")).encode()
+    except ValueError:
+        body = raw
+    h = hashlib.sha256()
+    for part in (request.method.encode(), request.path.encode(), request.query_string, body):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _idempotency_key() -> str | None:
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isascii() or not key.isprintable():
+        field_error(
+            400,
+            "headers",
+            IDEMPOTENCY_HEADER,
+            f"must be 1 to {MAX_KEY_LENGTH} printable ASCII characters",
+        )
+    return key
+
+
+def _replay(session: Session, token_id: int, key: str, req_hash: str) -> Response | None:
+    rec = session.execute(
+        select(IdempotencyRecord).where(
+            IdempotencyRecord.token_id == token_id, IdempotencyRecord.key == key
+        )
+    ).scalar_one_or_none()
+    if rec is None:
+        return None
+    if rec.request_hash != req_hash:
+        field_error(
+            422,
+            "headers",
+            IDEMPOTENCY_HEADER,
+            "this key was already used for a different request (other endpoint or body); "
+            "use a new key for a new request",
+        )
+    resp = Response(rec.body, status=rec.status, mimetype="application/json")
+    resp.headers.update(rec.headers or {})
+    resp.headers["Idempotent-Replayed"] = "true"
+    return resp
+
+
+def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..., Any]:
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = db.session
+        key = _idempotency_key() if idempotent else None
+        token_id = current_principal().token_id
+        req_hash = _request_hash() if key is not None else ""
+        with write_intent():
+            # End the read transaction the token lookup opened, so the next one starts with the
+            # write lock on SQLite (see service.db.write_intent).
+            session.rollback()
+            if key is not None:
+                replay = _replay(session, token_id, key, req_hash)
+                if replay is not None:
+                    session.rollback()
+                    return replay
+            try:
+                resp = make_response(func(*args, **kwargs))
+            except HTTPException:
+                session.rollback()
+                if key is not None:
+                    # A concurrent request with the same key may have committed while this one
+                    # waited on a lock and then failed (e.g. "already answered"): replay it.
+                    replay = _replay(session, token_id, key, req_hash)
+                    session.rollback()
+                    if replay is not None:
+                        return replay
+                raise
+            except BaseException:
+                session.rollback()
+                raise
+            if resp.status_code >= 400:
+                session.rollback()
+                return resp
+            if key is not None:
+                headers = {h: resp.headers[h] for h in ("Location",) if h in resp.headers}
+                session.add(
+                    IdempotencyRecord(
+                        token_id=token_id,
+                        key=key,
+                        request_hash=req_hash,
+                        status=resp.status_code,
+                        body=resp.get_data(as_text=True),
+                        headers=headers,
+                    )
+                )
+            try:
+                session.commit()
+            except IntegrityError:
+                # Lost a race with a concurrent request: same idempotency key, or a unique
+                # constraint such as one response per item.
+                session.rollback()
+                if key is not None:
+                    replay = _replay(session, token_id, key, req_hash)
+                    session.rollback()
+                    if replay is not None:
+                        return replay
+                error(409, "a concurrent request changed the same data first; reload and retry")
+            return resp
+
+    return wrapper
