@@ -1,0 +1,352 @@
+"""Taking a quiz: attempts, immediate feedback, submit, limits and Idempotency-Key."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from service.db.attempts import Attempt, IdempotencyRecord, ResponseRecord
+from tests.service.conftest import QUIZ_A, World, quiz_data
+
+
+def _count(session: Session, model: Any) -> int:
+    session.rollback()  # a fresh snapshot: see what the requests committed since the last look
+    return session.execute(select(func.count()).select_from(model)).scalar_one()
+
+
+def test_start_attempt(world: World) -> None:
+    r = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={"lang": "source"})
+    assert r.status_code == 201
+    body = r.get_json()
+    assert r.headers["Location"] == f"/api/v1/attempts/{body['id']}"
+    assert body["status"] == "in_progress" and body["number"] == 1
+    assert body["allowed_attempts"] == 2 and body["lang"] == "source"
+    assert body["student"] == "alice" and body["quiz_revision"] == 1
+    assert body["item_revisions"] == {"q1": 1, "q2": 1, "q3": 1}
+    assert [i["id"] for i in body["items"]] == ["q1", "q2", "q3"]
+    assert body["items"][0]["prompt"] == "Ερώτηση ένα"
+    for item in body["items"]:
+        assert item["response"] is None
+        assert "explanation" not in item and "correct_options" not in item
+        assert all(set(o) == {"id", "text"} for o in item["options"])
+
+
+def test_start_attempt_without_body_defaults_to_english(world: World) -> None:
+    r = world.client.post("/api/v1/quizzes/quiz-a/attempts", headers=world.h("alice"))
+    assert r.status_code == 201
+    assert r.get_json()["lang"] == "en"
+
+
+def test_start_attempt_unknown_quiz_and_bad_lang(world: World) -> None:
+    assert world.post("/api/v1/quizzes/nope/attempts", "alice", json={}).status_code == 404
+    r = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={"lang": "de"})
+    assert r.status_code == 422 and "lang" in r.get_json()["errors"]["json"]
+
+
+def test_answer_gives_immediate_feedback_in_the_attempts_language(world: World) -> None:
+    attempt = world.start("quiz-a", lang="source")
+    r = world.answer(attempt["id"], "q1", ["a"])
+    assert r.status_code == 201
+    fb = r.get_json()
+    assert fb["correct"] is False and fb["points"] == 0.0 and fb["max_points"] == 2.0
+    assert fb["correct_options"] == ["b"]
+    assert fb["explanation"] == "Επειδή B."
+    assert fb["option_feedback"] == [
+        {"option_id": "a", "correct": False, "feedback": "[el] A is wrong"}
+    ]
+    assert fb["item_revision"] == 1 and fb["times_answered"] == 1 and fb["can_reanswer"] is False
+
+    r = world.answer(attempt["id"], "q2", ["n2", "n3", "n4"])
+    fb = r.get_json()
+    assert fb["points"] == 1.0 and fb["correct"] is False
+    assert [f["option_id"] for f in fb["option_feedback"]] == ["n2", "n3", "n4"]
+    assert fb["option_feedback"][1]["feedback"] == "[el] 3 is odd"
+
+    en = world.start("quiz-a", who="bob", lang="en")
+    fb = world.answer(en["id"], "q3", ["f"], who="bob").get_json()
+    assert fb["correct"] and fb["explanation"] == "The sky is blue."
+    assert fb["option_feedback"] == [{"option_id": "f", "correct": True, "feedback": None}]
+
+
+def test_attempt_view_reveals_only_answered_items(world: World) -> None:
+    attempt = world.start("quiz-a")
+    world.answer(attempt["id"], "q1", ["b"])
+    body = world.get(f"/api/v1/attempts/{attempt['id']}", "alice").get_json()
+    q1, q2, q3 = body["items"]
+    assert q1["response"]["correct"] and q1["response"]["explanation"] == "Because B."
+    assert q2["response"] is None and q3["response"] is None
+    assert "explanation" not in q2 and "correct_options" not in q2
+    assert world.get("/api/v1/attempts/nope", "alice").status_code == 404
+
+
+def test_answering_twice_is_409_unless_reanswer(world: World, session: Session) -> None:
+    attempt = world.start("quiz-a")
+    assert world.answer(attempt["id"], "q1", ["a"]).status_code == 201
+    r = world.answer(attempt["id"], "q1", ["b"])
+    assert r.status_code == 409 and "already answered" in r.get_json()["message"]
+    stored = session.execute(select(ResponseRecord)).scalar_one()
+    assert stored.answer == ["a"] and stored.points == 0.0
+
+    b = world.start("quiz-b")
+    assert world.answer(b["id"], "x1", ["three"]).status_code == 201
+    r = world.answer(b["id"], "x1", ["two"])
+    assert r.status_code == 200
+    assert r.get_json()["times_answered"] == 2 and r.get_json()["correct"]
+    assert r.get_json()["can_reanswer"] is True
+
+
+def test_bad_answers_are_422_naming_the_field(world: World, session: Session) -> None:
+    aid = world.start("quiz-a")["id"]
+    cases = [
+        ({"item_id": "zz", "answer": ["a"]}, "item_id"),
+        ({"item_id": "q1", "answer": ["z"]}, "answer"),
+        ({"item_id": "q1", "answer": ["a", "b"]}, "answer"),
+        ({"item_id": "q1", "answer": []}, "answer"),
+        ({"item_id": "q1", "answer": "b"}, "answer"),
+        ({"item_id": "q1", "answer": [1]}, "answer"),
+        ({"item_id": 5, "answer": ["b"]}, "item_id"),
+        ({"answer": ["b"]}, "item_id"),
+        ({"item_id": "q1"}, "answer"),
+        ({"item_id": "q1", "answer": ["b"], "extra": 1}, "extra"),
+    ]
+    for body, field in cases:
+        r = world.post(f"/api/v1/attempts/{aid}/responses", "alice", json=body)
+        assert r.status_code == 422, body
+        assert field in r.get_json()["errors"]["json"], (body, r.get_json())
+    assert _count(session, ResponseRecord) == 0
+
+
+def test_submit_scores_with_partial_credit(world: World) -> None:
+    aid = world.start("quiz-a")["id"]
+    world.answer(aid, "q1", ["b"])
+    world.answer(aid, "q2", ["n2", "n4", "n5"])  # 2 right - 1 wrong = 1/3 of 3 points
+    r = world.submit(aid)
+    assert r.status_code == 200
+    body = r.get_json()
+    assert body["score"] == 3.0 and body["max_score"] == 6.0
+    assert body["status"] == "submitted" and body["number"] == 1
+    items = {i["item_id"]: i for i in body["items"]}
+    assert items["q1"] == {
+        "item_id": "q1", "revision": 1, "answered": True, "answer": ["b"],
+        "correct": True, "points": 2.0, "max_points": 2.0,
+    }  # fmt: skip
+    assert items["q2"]["points"] == 1.0 and not items["q2"]["correct"]
+    assert items["q3"]["answered"] is False and items["q3"]["points"] == 0.0
+    view = world.get(f"/api/v1/attempts/{aid}", "alice").get_json()
+    assert view["status"] == "submitted" and view["score"] == 3.0
+
+
+def test_submit_twice_and_answer_after_submit_are_409(world: World) -> None:
+    aid = world.start("quiz-a")["id"]
+    assert world.submit(aid).status_code == 200
+    r = world.submit(aid)
+    assert r.status_code == 409 and "already submitted" in r.get_json()["message"]
+    assert world.answer(aid, "q1", ["b"]).status_code == 409
+    assert world.submit("nope").status_code == 404
+
+
+def test_attempt_limit_is_enforced(world: World, session: Session) -> None:
+    world.start("quiz-a")
+    world.start("quiz-a")
+    r = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={})
+    assert r.status_code == 409 and "attempt limit" in r.get_json()["message"]
+    assert world.start("quiz-a", who="bob")["number"] == 1  # per student
+    assert _count(session, Attempt) == 3
+    for _ in range(3):
+        world.start("quiz-b")  # unlimited
+
+
+def test_attempt_limit_holds_under_concurrent_starts(world: World, session: Session) -> None:
+    statuses: list[int] = []
+    barrier = threading.Barrier(6)
+
+    def start() -> None:
+        client = world.app.test_client()
+        barrier.wait()
+        r = client.post("/api/v1/quizzes/quiz-a/attempts", headers=world.h("alice"), json={})
+        statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [201, 201, 409, 409, 409, 409]
+    numbers = session.execute(select(Attempt.number)).scalars().all()
+    assert sorted(numbers) == [1, 2]
+
+
+def test_concurrent_double_answer_stores_one_response(world: World, session: Session) -> None:
+    aid = world.start("quiz-a")["id"]
+    statuses: list[int] = []
+    barrier = threading.Barrier(4)
+
+    def answer(option: str) -> None:
+        client = world.app.test_client()
+        barrier.wait()
+        r = client.post(
+            f"/api/v1/attempts/{aid}/responses",
+            headers=world.h("alice"),
+            json={"item_id": "q1", "answer": [option]},
+        )
+        statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=answer, args=(o,)) for o in "abca"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [201, 409, 409, 409]
+    assert _count(session, ResponseRecord) == 1
+
+
+def test_time_limit(world: World, session: Session) -> None:
+    world.put("/api/v1/quizzes/quiz-b", "prof", json=quiz_data(
+        world.get("/api/v1/quizzes/quiz-b/data", "prof").get_json(),
+        settings={"allow_reanswer": True, "time_limit_minutes": 5},
+    ))  # fmt: skip
+    attempt = world.start("quiz-b")
+    assert attempt["deadline"] is not None
+    assert world.answer(attempt["id"], "x1", ["two"]).status_code == 201
+    started = session.get(Attempt, attempt["id"]).started_at  # type: ignore[union-attr]
+    session.execute(
+        update(Attempt)
+        .where(Attempt.id == attempt["id"])
+        .values(started_at=started - timedelta(minutes=6))
+    )
+    session.commit()
+    r = world.answer(attempt["id"], "x2", ["four"])
+    assert r.status_code == 409 and "time limit" in r.get_json()["message"]
+    assert world.submit(attempt["id"]).get_json()["score"] == 1.0
+
+
+def test_shuffled_options_are_stable_per_attempt(world: World) -> None:
+    data = quiz_data(QUIZ_A, id="quiz-s", settings={"shuffle_answers": True})
+    assert world.post("/api/v1/quizzes", "prof", json=data).status_code == 201
+    orders = set()
+    for who in ("alice", "bob", "alice", "bob"):
+        attempt = world.start("quiz-s", who=who)
+        order = tuple(o["id"] for o in attempt["items"][1]["options"])
+        again = world.get(f"/api/v1/attempts/{attempt['id']}", who).get_json()
+        assert tuple(o["id"] for o in again["items"][1]["options"]) == order
+        orders.add(order)
+    assert all(sorted(o) == ["n2", "n3", "n4", "n5", "n6"] for o in orders)
+
+
+# ---- Idempotency-Key -------------------------------------------------------------------------
+
+
+def test_idempotent_attempt_start(world: World, session: Session) -> None:
+    h = {"Idempotency-Key": "start-1"}
+    r1 = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={"lang": "en"}, headers=h)
+    r2 = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={"lang": "en"}, headers=h)
+    assert r1.status_code == r2.status_code == 201
+    assert r1.get_json() == r2.get_json()
+    assert r2.headers["Idempotent-Replayed"] == "true"
+    assert r2.headers["Location"] == r1.headers["Location"]
+    assert _count(session, Attempt) == 1
+    # Same key, different body: refused, naming the header.
+    r3 = world.post("/api/v1/quizzes/quiz-a/attempts", "alice", json={"lang": "source"}, headers=h)
+    assert r3.status_code == 422
+    assert "Idempotency-Key" in r3.get_json()["errors"]["headers"]
+    # Keys are per token: bob's "start-1" is a different request.
+    assert (
+        world.post(
+            "/api/v1/quizzes/quiz-a/attempts", "bob", json={"lang": "en"}, headers=h
+        ).status_code
+        == 201
+    )
+    assert _count(session, Attempt) == 2
+
+
+def test_idempotent_response_and_submit(world: World, session: Session) -> None:
+    aid = world.start("quiz-a")["id"]
+    h = {"Idempotency-Key": "ans-q1"}
+    body = {"item_id": "q1", "answer": ["b"]}
+    r1 = world.post(f"/api/v1/attempts/{aid}/responses", "alice", json=body, headers=h)
+    r2 = world.post(f"/api/v1/attempts/{aid}/responses", "alice", json=body, headers=h)
+    assert r1.status_code == r2.status_code == 201 and r1.get_json() == r2.get_json()
+    assert _count(session, ResponseRecord) == 1
+    # Without the key, the same answer is a conflict, as always.
+    assert world.post(f"/api/v1/attempts/{aid}/responses", "alice", json=body).status_code == 409
+
+    s1 = world.post(f"/api/v1/attempts/{aid}/submit", "alice", headers={"Idempotency-Key": "sub"})
+    s2 = world.post(f"/api/v1/attempts/{aid}/submit", "alice", headers={"Idempotency-Key": "sub"})
+    assert s1.status_code == s2.status_code == 200 and s1.get_json() == s2.get_json()
+    assert world.submit(aid).status_code == 409
+
+
+def test_idempotency_key_reused_on_another_endpoint_is_422(world: World) -> None:
+    aid = world.start("quiz-a")["id"]
+    h = {"Idempotency-Key": "k"}
+    assert (
+        world.post(
+            f"/api/v1/attempts/{aid}/responses",
+            "alice",
+            json={"item_id": "q1", "answer": ["b"]},
+            headers=h,
+        ).status_code
+        == 201
+    )
+    r = world.post(f"/api/v1/attempts/{aid}/submit", "alice", headers=h)
+    assert r.status_code == 422 and "Idempotency-Key" in r.get_json()["errors"]["headers"]
+
+
+def test_failed_request_does_not_store_its_key(world: World, session: Session) -> None:
+    aid = world.start("quiz-a")["id"]
+    h = {"Idempotency-Key": "retry-me"}
+    r = world.post(
+        f"/api/v1/attempts/{aid}/responses",
+        "alice",
+        json={"item_id": "q1", "answer": ["zz"]},
+        headers=h,
+    )
+    assert r.status_code == 422
+    assert _count(session, IdempotencyRecord) == 0
+    # The corrected retry with the same key goes through.
+    r = world.post(
+        f"/api/v1/attempts/{aid}/responses",
+        "alice",
+        json={"item_id": "q1", "answer": ["b"]},
+        headers=h,
+    )
+    assert r.status_code == 201
+
+
+def test_bad_idempotency_keys_are_400(world: World) -> None:
+    for key in ("x" * 300, "caf\u00e9"):
+        r = world.client.post(
+            "/api/v1/quizzes/quiz-a/attempts",
+            headers={**world.h("alice"), "Idempotency-Key": key},
+            json={},
+        )
+        assert r.status_code == 400, key
+        assert "Idempotency-Key" in r.get_json()["errors"]["headers"]
+
+
+def test_concurrent_retries_with_one_key_create_one_attempt(world: World, session: Session) -> None:
+    results: list[tuple[int, str]] = []
+    barrier = threading.Barrier(5)
+
+    def start() -> None:
+        client = world.app.test_client()
+        barrier.wait()
+        r = client.post(
+            "/api/v1/quizzes/quiz-b/attempts",
+            headers={**world.h("alice"), "Idempotency-Key": "same"},
+            json={},
+        )
+        results.append((r.status_code, r.get_json()["id"]))
+
+    threads = [threading.Thread(target=start) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {s for s, _ in results} == {201}
+    assert len({i for _, i in results}) == 1
+    assert _count(session, Attempt) == 1
