@@ -6,7 +6,12 @@ must never initialise CUDA), in its own session so the whole tree can be killed 
 Protocol: the request arrives as one JSON object on stdin (so neither the source nor a secret
 shows in ``/proc/*/cmdline`` or the environment)::
 
-    {"exercise_id": str, "source": str, "device": "cpu"|"cuda", "secret": str|null}
+    {"exercise_id": str, "source": str, "device": "cpu"|"cuda", "secret": str|null,
+     "reference": bool}
+
+``reference``: the source is the exercise's own reference (an instructor's harness check). It
+runs trusted (it may import ``kernels``) and is still timed against the cached baseline, so its
+speedup shows the harness's run-to-run noise.
 
 Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (logs only)::
 
@@ -60,7 +65,10 @@ def run(request: dict[str, Any], events: _Events) -> dict[str, Any]:
 
     kwargs: dict[str, Any] = {"device": request.get("device", "cpu")}
     if request.get("secret") is not None:
-        kwargs["secret"] = request["secret"]
+        kwargs["secret"] = bytes.fromhex(request["secret"])
+    if request.get("reference"):
+        kwargs["trusted"] = True
+        kwargs["reference_timing"] = True
     params = inspect.signature(harness.grade).parameters
     # Forward progress when the core reports it; otherwise the task shows coarse phases only.
     for name in ("progress", "on_progress"):

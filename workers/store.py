@@ -72,6 +72,9 @@ def define_tables(metadata: MetaData, *, foreign_keys: bool = True) -> tuple[Tab
         Column("source", Text, nullable=False),
         Column("source_sha256", String(64), nullable=False),
         Column("filename", String(255), nullable=True),
+        # An instructor's run of the exercise's own reference (trusted: may import kernels);
+        # checks the harness (speedup ~1.0) and never appears on the leaderboard.
+        Column("reference", Boolean, nullable=False, default=False),
         Column("device", String(8), nullable=False),
         Column("queue", String(16), nullable=False),
         Column("status", String(16), nullable=False, default=QUEUED),
@@ -177,6 +180,7 @@ class Submission:
     status: str
     attempts: int
     verdict: str | None
+    reference: bool = False
 
 
 class SubmissionStore:
@@ -201,6 +205,7 @@ class SubmissionStore:
             status=row["status"],
             attempts=row["attempts"],
             verdict=row["verdict"],
+            reference=bool(row["reference"]),
         )
 
     def start_attempt(self, submission_id: int) -> int | None:

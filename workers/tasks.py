@@ -21,8 +21,10 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +35,14 @@ from typing import Any
 
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 
-from workers.celery_app import PHASE_BUDGET_S, app, device_for_queue, health_check
+from workers.celery_app import (
+    GPUS_ENV,
+    PHASE_BUDGET_S,
+    app,
+    device_for_queue,
+    health_check,
+    var_dir,
+)
 from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
 from workers.store import DONE, SubmissionStore, database_url
 
@@ -115,6 +124,7 @@ def _run_process(
             stdout=logs,
             stderr=subprocess.STDOUT,
             pass_fds=(write_fd,),
+            env=job_env(),
             # Its own session and process group: one killpg ends the core's whole tree.
             start_new_session=True,
         )
@@ -157,6 +167,22 @@ def _run_process(
         # Also after a normal exit: nothing the job started may outlive it.
         _kill_group(proc)
     return result, rc
+
+
+def job_env() -> dict[str, str]:
+    """The job's environment: the worker's, plus a per-worker reference-timing cache file.
+
+    Each job is a fresh process, so the core's in-process baseline cache would never hit; a
+    file per worker (host and GPUs) times our reference once per machine state instead of once
+    per job, and never mixes two GPUs' baselines.
+    """
+    env = dict(os.environ)
+    if not env.get("KGRADE_REF_CACHE"):
+        folder = var_dir() / "ref-cache"
+        folder.mkdir(parents=True, exist_ok=True)
+        tag = f"{socket.gethostname()}-gpus{env.get(GPUS_ENV) or 'all'}"
+        env["KGRADE_REF_CACHE"] = str(folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".json"))
+    return env
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -215,7 +241,12 @@ def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
 
 def _grade(task: Any, sub: Any, attempt: int) -> dict[str, Any]:
     store = get_store()
-    request = {"exercise_id": sub.exercise_id, "source": sub.source, "device": sub.device}
+    request = {
+        "exercise_id": sub.exercise_id,
+        "source": sub.source,
+        "device": sub.device,
+        "reference": sub.reference,
+    }
 
     def progress(phase: str, done: int, total: int | None) -> None:
         store.set_progress(sub.id, phase, done, total)

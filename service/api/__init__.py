@@ -62,6 +62,7 @@ BLUEPRINTS: list[str] = [
     "service.api.quizzes",
     "service.api.attempts",
     "service.api.grades",
+    "service.api.exercises",
 ]
 
 

@@ -24,6 +24,11 @@ from service.cli.db import DB_URL_OPTION, display_url, resolve_url, upgrade_and_
 Sidecar = Callable[[dict[str, Any]], list[str] | None]
 SIDECARS: list[Sidecar] = []
 
+# The grader: one Celery worker beside gunicorn when no REDIS_URL is set (make run).
+from service.cli.grader_worker import embedded_worker  # noqa: E402
+
+SIDECARS.append(embedded_worker)
+
 
 def gunicorn_argv(host: str, port: int, workers: int, threads: int, timeout: int) -> list[str]:
     return [

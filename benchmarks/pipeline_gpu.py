@@ -1,0 +1,235 @@
+"""Drive the whole grading pipeline through the HTTP API once: every known solution of every
+exercise, then our own reference several times; print a table and exit non-zero on a miss.
+
+Run by ``benchmarks/pipeline_gpu.sh`` (which starts Redis, the API and a Celery GPU worker);
+usable against any running kgrade: ``python benchmarks/pipeline_gpu.py --api URL --token TOK``.
+
+Pass criteria (issue 5): every correct solution is PASS, every wrong one is not PASS (the
+expected verdict is shown too), and each reference run's speedup lies within ``--tolerance`` of
+1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from workers.exercises import list_exercises, load_exercise  # noqa: E402
+
+#: Stands for "grade the exercise's own reference" (instructor-only API mode: the reference
+#: imports ``kernels``, which a student source may not).
+REFERENCE = "<reference>"
+
+
+@dataclass
+class Job:
+    exercise: str
+    name: str
+    expected: str  # "PASS", a failing verdict, or "REFERENCE"
+    source: str
+    submission_id: int | None = None
+    status: str = "new"
+    verdict: str | None = None
+    speedup: float | None = None
+    score: float | None = None
+    seconds: float | None = None
+    output: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        if self.verdict is None:
+            return False
+        if self.expected == "PASS":
+            return self.verdict == "PASS"
+        if self.expected == "REFERENCE":
+            return self.verdict == "PASS"  # the speedup check is separate
+        return self.verdict != "PASS"
+
+
+class Api:
+    def __init__(self, base: str, token: str) -> None:
+        self.base = base.rstrip("/")
+        self.token = token
+
+    def call(
+        self, method: str, path: str, body: bytes | None = None, ctype: str | None = None
+    ) -> tuple[int, Any]:
+        req = urllib.request.Request(self.base + path, data=body, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        if ctype:
+            req.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def submit(self, exercise: str, source: str, filename: str, multipart: bool) -> Any:
+        path = f"/api/v1/exercises/{exercise}/submissions"
+        if source == REFERENCE:
+            body = json.dumps({"reference": True}).encode()
+            return self.call("POST", path, body, "application/json")
+        if not multipart:
+            body = json.dumps({"source": source, "filename": filename}).encode()
+            return self.call("POST", path, body, "application/json")
+        boundary = uuid.uuid4().hex
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                f'filename="{filename}"\r\nContent-Type: text/x-python\r\n\r\n'
+            ).encode()
+            + source.encode()
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
+        return self.call("POST", path, body, f"multipart/form-data; boundary={boundary}")
+
+
+def wait_ready(api: Api, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            status, _ = api.call("GET", "/api/v1/whoami")
+            if status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit("the API did not come up")
+        time.sleep(0.5)
+
+
+def collect(exercises: list[str], reference_runs: int) -> tuple[list[Job], list[Job]]:
+    jobs: list[Job] = []
+    refs: list[Job] = []
+    for eid in exercises:
+        ex = load_exercise(eid)
+        for sol in ex.solutions():
+            jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text()))
+        if ex.reference.is_file():
+            for i in range(reference_runs):
+                refs.append(Job(eid, f"reference#{i + 1}", "REFERENCE", REFERENCE))
+    return jobs, refs
+
+
+def run_jobs(api: Api, jobs: list[Job], timeout_s: float, label: str) -> None:
+    for n, job in enumerate(jobs):
+        status, body = api.submit(
+            job.exercise, job.source, job.name.replace("/", "_") + ".py", multipart=n % 2 == 0
+        )
+        if status != 202:
+            job.status, job.output = f"http {status}", json.dumps(body)[:300]
+            continue
+        job.submission_id = body["id"]
+    pending = [j for j in jobs if j.submission_id is not None]
+    deadline = time.monotonic() + timeout_s
+    last_report = 0.0
+    while pending and time.monotonic() < deadline:
+        time.sleep(2)
+        for job in list(pending):
+            status, body = api.call("GET", f"/api/v1/submissions/{job.submission_id}")
+            if status != 200:
+                continue
+            job.status = body["status"]
+            if body["status"] == "done":
+                pending.remove(job)
+                job.verdict, job.speedup, job.score = (
+                    body["verdict"],
+                    body["speedup"],
+                    body["score"],
+                )
+                result = body.get("result") or {}
+                job.output = (result.get("output") or "")[:300]
+                kg = result.get("kgrade") or {}
+                job.seconds = kg.get("elapsed_s")
+                if job.speedup is None:
+                    job.speedup = kg.get("speedup")
+                job.extra = {"attempts": body["attempts"], "isolation": kg.get("isolation")}
+        if time.monotonic() - last_report > 30:
+            last_report = time.monotonic()
+            done = len(jobs) - len(pending)
+            print(f"[{label}] {done}/{len(jobs)} done", flush=True)
+    for job in pending:
+        job.status = "timeout (still " + job.status + ")"
+
+
+def table(jobs: list[Job]) -> str:
+    head = (
+        f"{'exercise':<28} {'solution':<34} {'expected':<20} {'verdict':<20} {'speedup':>8} "
+        f"{'time_s':>7}  ok"
+    )
+    lines = [head, "-" * len(head)]
+    for j in jobs:
+        sp = f"{j.speedup:.4f}" if j.speedup is not None else "-"
+        ts = f"{j.seconds:.1f}" if j.seconds is not None else "-"
+        lines.append(
+            f"{j.exercise:<28} {j.name:<34} {j.expected:<20} {str(j.verdict or j.status):<20} "
+            f"{sp:>8} {ts:>7}  {'yes' if j.ok else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--api", default="http://127.0.0.1:8000")
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--exercise", action="append", help="default: all")
+    ap.add_argument("--reference-runs", type=int, default=5)
+    ap.add_argument("--tolerance", type=float, default=0.03)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="per batch, seconds")
+    ap.add_argument("--json", type=Path, help="write all rows here")
+    args = ap.parse_args(argv)
+
+    api = Api(args.api, args.token)
+    wait_ready(api, 120)
+    exercises = args.exercise or list_exercises()
+    jobs, refs = collect(exercises, args.reference_runs)
+    print(
+        f"exercises: {', '.join(exercises)}; {len(jobs)} solutions, {len(refs)} reference runs",
+        flush=True,
+    )
+    t0 = time.monotonic()
+    run_jobs(api, jobs, args.timeout, "solutions")
+    print(table(jobs), flush=True)
+    # References after the solutions, one exercise at a time in submission order: the worker
+    # grades them back to back, so the spread is the harness's own run-to-run noise.
+    run_jobs(api, refs, args.timeout, "reference")
+    print(table(refs), flush=True)
+
+    bad = [j for j in jobs if not j.ok]
+    ref_bad = [
+        j for j in refs if not j.ok or j.speedup is None or abs(j.speedup - 1.0) > args.tolerance
+    ]
+    print(
+        f"\nsolutions: {len(jobs) - len(bad)}/{len(jobs)} as expected; "
+        f"reference runs within {args.tolerance:.0%} of 1.0: {len(refs) - len(ref_bad)}/{len(refs)}; "
+        f"wall {time.monotonic() - t0:.0f} s"
+    )
+    for eid in exercises:
+        sp = [j.speedup for j in refs if j.exercise == eid and j.speedup is not None]
+        if sp:
+            print(
+                f"  {eid}: reference speedups {', '.join(f'{s:.4f}' for s in sp)} "
+                f"(min {min(sp):.4f}, max {max(sp):.4f})"
+            )
+    for j in bad + ref_bad:
+        print(f"  MISS {j.exercise} {j.name}: {j.verdict or j.status} {j.output[:200]!r}")
+    if args.json:
+        rows = [{k: v for k, v in vars(j).items() if k != "source"} for j in jobs + refs]
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if not bad and not ref_bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

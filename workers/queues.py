@@ -1,0 +1,31 @@
+"""Celery queues by hardware, and which one a job goes to (no Celery import: the API and the
+CLI use this without creating a Celery app).
+
+One worker process per GPU (``-c 1``) consumes ``gpu``; a worker holding two GPUs consumes
+``gpu-x2`` (two-rank exercises such as ring attention); CPU workers consume ``cpu``.
+"""
+
+from __future__ import annotations
+
+QUEUE_CPU = "cpu"
+QUEUE_GPU = "gpu"
+QUEUE_GPU_X2 = "gpu-x2"
+QUEUES: tuple[str, ...] = (QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2)
+
+
+def queue_for(device: str, gpus: int = 1) -> str:
+    """The queue for a job on ``device`` ("cpu" or "cuda") needing ``gpus`` GPUs."""
+    if device == "cpu":
+        return QUEUE_CPU
+    if device != "cuda":
+        raise ValueError(f"unknown device {device!r}")
+    if gpus <= 1:
+        return QUEUE_GPU
+    if gpus == 2:
+        return QUEUE_GPU_X2
+    raise ValueError(f"no queue for {gpus} GPUs")
+
+
+def device_for_queue(queue: str | None) -> str:
+    """The device a message on ``queue`` is graded on (unknown queues count as CPU)."""
+    return "cuda" if queue in (QUEUE_GPU, QUEUE_GPU_X2) else "cpu"
