@@ -85,3 +85,50 @@ def test_ring_attention_local_needs_process_group():
     q = torch.randn(1, 8, 2, 8)
     with pytest.raises(ValueError, match="init_process_group"):
         ring_attention_local(q, q, q, causal=True, group=None)
+
+
+def _nccl_worker(rank: int, world_size: int, port: int) -> None:
+    """Real-size ring over NCCL, one GPU per rank; every rank checks its own shard."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    # NVLink multicast stays off on shared hosts (it can take the host's GPUs down).
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    try:
+        from kernels.attention.naive import attention_naive
+        from kernels.ring import LAYOUTS, ring_attention_local, shard
+        from tests.kernels.conftest import assert_attention_close
+
+        dev = torch.device("cuda", rank)
+        gen = torch.Generator(device=dev).manual_seed(11)  # same global tensors on every rank
+        t, hq, hkv, d = 8192, 32, 8, 128  # [B, T, H, D], spec §3.4 GPU shapes (GQA 32/8)
+        q = torch.randn(1, t, hq, d, generator=gen, device=dev).bfloat16()
+        k = torch.randn(1, t, hkv, d, generator=gen, device=dev).bfloat16()
+        v = torch.randn(1, t, hkv, d, generator=gen, device=dev).bfloat16()
+        for causal in (True, False):
+            ref_out, ref_lse = attention_naive(q.float(), k.float(), v.float(), causal=causal)
+            for layout in LAYOUTS:
+                args = [shard(x, rank, world_size, layout) for x in (q, k, v)]
+                out_poison = torch.full_like(args[0], float("nan"))
+                del out_poison  # the freed NaN block is what a stale output would show
+                out, lse = ring_attention_local(*args, causal=causal, group=None, layout=layout)
+                assert_attention_close(
+                    out,
+                    lse,
+                    shard(ref_out, rank, world_size, layout),
+                    shard(ref_lse, rank, world_size, layout, dim=2),
+                )
+            del ref_out, ref_lse
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
+)
+def test_ring_attention_local_nccl():
+    world_size = min(torch.cuda.device_count(), 4)
+    mp.spawn(_nccl_worker, args=(world_size, free_port()), nprocs=world_size, join=True)
