@@ -22,10 +22,12 @@ Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import inspect
 import json
 import os
+import signal
 import sys
 from typing import IO, Any
 
@@ -80,10 +82,30 @@ def run(request: dict[str, Any], events: _Events) -> dict[str, Any]:
     return result_to_dict(result)
 
 
+def _die_with_parent() -> None:
+    """Take the whole job down when the Celery pool process dies (kill -9, hard time limit).
+
+    The task kills the job's process group on every normal exit and timeout, but a killed pool
+    process runs no clean-up: without this the job would grade on (on the GPU) beside the
+    redelivered copy. PR_SET_PDEATHSIG sends us SIGTERM, whose handler kills our process group.
+    """
+    parent = os.getppid()
+    signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass  # not Linux: the task's own group kill still covers timeouts
+    if os.getppid() != parent:  # the parent died before the prctl took effect
+        os.killpg(0, signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.job")
     parser.add_argument("--events-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    if os.getpgrp() == os.getpid():  # only as the leader of our own group (as the task starts us)
+        _die_with_parent()
     events = _Events(args.events_fd)
     request = json.loads(sys.stdin.read())
     result = run(request, events)

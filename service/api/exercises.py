@@ -10,6 +10,7 @@ row that is not there yet and a rolled-back request enqueues nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -24,7 +25,7 @@ from marshmallow import Schema, fields
 from sqlalchemy import event, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from service.api.common import ErrorSchema, endpoint, error, field_error
+from service.api.common import ErrorSchema, endpoint, error, field_error, parse_json_body
 from service.auth import Principal, current_principal
 from service.db import is_postgres
 from service.db.base import utcnow
@@ -63,7 +64,8 @@ def _max_source_bytes() -> int:
 
 
 def _rate() -> tuple[int, int]:
-    count, _, seconds = str(_setting("SUBMISSION_RATE", "KGRADE_SUBMISSION_RATE", DEFAULT_RATE))
+    raw = str(_setting("SUBMISSION_RATE", "KGRADE_SUBMISSION_RATE", DEFAULT_RATE))
+    count, _, seconds = raw.partition("/")
     return int(count), int(seconds or 60)
 
 
@@ -190,7 +192,10 @@ def _read_source(ex: Exercise) -> tuple[str, str | None, bool]:
         filename = upload.filename or None
     elif request.mimetype == "application/json":
         location, field = "json", "source"
-        body = request.get_json(silent=True)
+        try:
+            body = parse_json_body(request.get_data(cache=True))
+        except json.JSONDecodeError:
+            body = None
         if not isinstance(body, dict):
             error(400, "the body must be a JSON object with a 'source' string")
         assert isinstance(body, dict)
