@@ -34,9 +34,9 @@ def _cmp_configs() -> list[triton.Config]:
         [
             triton.Config({"BLOCK_M": bm, "BLOCK_C": bc}, num_warps=w, num_stages=s)
             for bm, bc, w, s in (
+                (128, 64, 4, 2),  # measured best on H200 at 16k–64k (first = default)
                 (64, 64, 4, 3),
                 (128, 64, 8, 3),
-                (128, 64, 4, 2),
                 (64, 128, 4, 2),
                 (128, 128, 8, 2),
                 (128, 32, 4, 3),

@@ -25,9 +25,9 @@ def _win_configs() -> list[triton.Config]:
         [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
             for bm, bn, w, s in (
+                (64, 64, 4, 3),  # measured best on H200 at 16k–64k (first = default)
                 (128, 64, 8, 3),
                 (128, 64, 4, 3),
-                (64, 64, 4, 3),
                 (128, 128, 8, 2),
                 (256, 64, 8, 3),
             )
