@@ -281,6 +281,12 @@ def celery_redis(redis_url: str) -> Iterator[dict[str, str]]:
     old = os.environ.get("KGRADE_REDIS_KEYPREFIX")
     os.environ["KGRADE_REDIS_KEYPREFIX"] = prefix
     ca.app.conf.update(ca.broker_settings(redis_url))
+    # A result backend or producer pool made earlier in this process (an eager task run builds
+    # one) would keep the old settings: drop them so the next use reads the new ones.
+    ca.app._local.__dict__.pop("backend", None)
+    if ca.app._pool is not None:
+        ca.app._pool.force_close_all()
+        ca.app._pool = None
     yield {"REDIS_URL": redis_url, "KGRADE_REDIS_KEYPREFIX": prefix}
     if old is None:
         os.environ.pop("KGRADE_REDIS_KEYPREFIX", None)
@@ -353,7 +359,10 @@ def _wait_done(world: World, urls: list[str], timeout_s: float) -> dict[str, dic
 @pytest.mark.redis
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgres"], indirect=True)
-def test_real_pipeline_grades_correct_and_wrong_solutions(world: World, worker: Path) -> None:
+def test_real_pipeline_grades_correct_and_wrong_solutions(
+    world: World, worker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(world.app.config, "SUBMISSION_RATE", "100/60")
     jobs: list[tuple[str, str, Verdict, str]] = []
     for n, exercise in enumerate(list_exercises()):
         for name, source, expected in _pick(exercise):
@@ -366,7 +375,7 @@ def test_real_pipeline_grades_correct_and_wrong_solutions(world: World, worker: 
                 )
             assert r.status_code == 202, r.get_json()
             jobs.append((exercise, name, expected, r.get_json()["url"]))
-    done = _wait_done(world, [j[3] for j in jobs], timeout_s=150)
+    done = _wait_done(world, [j[3] for j in jobs], timeout_s=240)
     for exercise, name, expected, url in jobs:
         body = done[url]
         assert body["verdict"] == expected.value, (exercise, name, body["result"]["output"])
