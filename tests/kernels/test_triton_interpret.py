@@ -1,7 +1,8 @@
-"""Run the Triton kernel cases under the interpreter in a fresh process.
+"""Run the Triton kernel cases under the interpreter in a fresh process (spec §5).
 
 TRITON_INTERPRET must be set before triton is first imported, and this pytest process has
-imported it already (plain CPU tests), so the cases run in a child pytest with the variable set.
+imported it already (plain CPU tests), so each case module runs in a child pytest with the
+variable set. The case modules are not named test_* so the parent does not collect them.
 """
 
 from __future__ import annotations
@@ -14,18 +15,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CASES = Path(__file__).with_name("triton_interpret_cases.py")
+HERE = Path(__file__).parent
 
 
 @pytest.mark.slow
-def test_triton_kernel_under_interpreter():
+@pytest.mark.parametrize("cases", ["triton_interpret_cases.py", "nsa_interpret_cases.py"])
+def test_triton_kernels_under_interpreter(cases: str) -> None:
     env = dict(
         os.environ,
         TRITON_INTERPRET="1",
         PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CASES)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / cases)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -34,4 +36,5 @@ def test_triton_kernel_under_interpreter():
     )
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, f"interpreter cases failed:\n{tail}"
-    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], tail
+    last = proc.stdout.strip().splitlines()[-1]
+    assert " passed" in last and "skipped" not in last, tail

@@ -1,7 +1,7 @@
 """NSA Triton kernels under the Triton CPU interpreter, against the naive reference.
 
 These only run in a process started with TRITON_INTERPRET=1 (set before Triton is imported),
-which ``test_nsa_interpret.py`` launches; in a normal run they are skipped here. Sizes stay
+which ``test_triton_interpret.py`` launches. Sizes stay
 tiny: the interpreter executes each program instance one by one in numpy.
 """
 
@@ -26,7 +26,7 @@ from tests.kernels.test_nsa_utils import (
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1",
-    reason="interpreter cases run in the subprocess of test_nsa_interpret.py",
+    reason="interpreter cases: run through test_triton_interpret.py (sets TRITON_INTERPRET=1)",
 )
 
 
