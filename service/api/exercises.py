@@ -20,12 +20,19 @@ from typing import Any
 
 from flask import current_app, request
 from flask.views import MethodView
-from flask_smorest import Blueprint, abort
+from flask_smorest import abort
 from marshmallow import Schema, fields
 from sqlalchemy import event, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from service.api.common import ErrorSchema, endpoint, error, field_error, parse_json_body
+from service.api.common import (
+    Blueprint,
+    ErrorSchema,
+    endpoint,
+    error,
+    field_error,
+    parse_json_body,
+)
 from service.auth import Principal, current_principal
 from service.db import is_postgres
 from service.db.base import utcnow
