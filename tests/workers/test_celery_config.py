@@ -93,3 +93,16 @@ def test_health_gate_refuses_foreign_process_and_heat(
 def test_health_gate_fails_closed_without_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ca.shutil, "which", lambda _name: None)
     assert "nvidia-smi not found" in (ca.health_check("cuda") or "")
+
+
+def test_celery_side_never_imports_torch() -> None:
+    """The Celery process must never touch CUDA: torch loads only in the job process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workers.tasks, workers.celery_app; "
+        "print(sorted(m for m in ('torch', 'triton', 'flask') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
