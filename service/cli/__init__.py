@@ -6,6 +6,7 @@ import click
 
 from service.cli.db import db
 from service.cli.export import export
+from service.cli.grade import exercises, grade_exercise
 from service.cli.items import items
 from service.cli.serve import serve
 from service.cli.token import token
@@ -22,3 +23,5 @@ main.add_command(export)
 main.add_command(db)
 main.add_command(token)
 main.add_command(serve)
+main.add_command(grade_exercise)
+main.add_command(exercises)

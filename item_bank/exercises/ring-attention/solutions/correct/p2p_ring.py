@@ -1,0 +1,63 @@
+import math
+
+import torch
+import torch.distributed as dist
+
+
+def _pos(T, P, r, layout):
+    if layout == "contiguous":
+        return torch.arange(r * T // P, (r + 1) * T // P)
+    if layout == "zigzag":
+        c = T // (2 * P)
+        return torch.cat(
+            [torch.arange(r * c, (r + 1) * c), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c)]
+        )
+    return torch.arange(r, T, P)
+
+
+def _attend(q, k, v, qpos, kpos, causal, sc):
+    G = q.shape[2] // k.shape[2]
+    qf = q.float().transpose(1, 2)
+    kf = k.float().transpose(1, 2).repeat_interleave(G, 1)
+    vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
+    s = qf @ kf.transpose(-1, -2) * sc
+    if causal:
+        s = s.masked_fill(qpos.view(-1, 1) < kpos.view(1, -1), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse).unsqueeze(-1))
+    return p @ vf, lse  # B,H,Tq,D fp32 ; B,H,Tq
+
+
+def _merge(o, l, o2, l2):
+    lse = torch.logaddexp(l, l2)
+    safe = torch.where(torch.isneginf(lse), 0.0, lse)
+    return o * torch.exp(l - safe).unsqueeze(-1) + o2 * torch.exp(l2 - safe).unsqueeze(-1), lse
+
+
+def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None):
+    P = dist.get_world_size(group)
+    r = dist.get_rank(group)
+    B, n, Hq, D = q.shape
+    T = n * P
+    sc = 1.0 / math.sqrt(D) if scale is None else scale
+    nxt = dist.get_global_rank(group, (r + 1) % P)
+    prv = dist.get_global_rank(group, (r - 1) % P)
+    qpos = _pos(T, P, r, layout)
+    o = torch.zeros(B, Hq, n, D)
+    l = torch.full((B, Hq, n), float("-inf"))
+    kv = torch.stack([k, v]).contiguous()
+    for step in range(P):
+        src = (r - step) % P
+        reqs = []
+        if step < P - 1:  # post the next transfer before computing on the current block
+            buf = torch.empty_like(kv)
+            reqs = dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, kv, nxt, group), dist.P2POp(dist.irecv, buf, prv, group)]
+            )
+        o2, l2 = _attend(q, kv[0], kv[1], qpos, _pos(T, P, src, layout), causal, sc)
+        o, l = _merge(o, l, o2, l2)
+        for req in reqs:
+            req.wait()
+        if step < P - 1:
+            kv = buf
+    return o.transpose(1, 2).to(q.dtype).contiguous(), l.contiguous()

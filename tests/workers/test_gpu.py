@@ -1,0 +1,42 @@
+"""GPU-only grader checks (skip cleanly without CUDA)."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.exercises import load_exercise
+from workers.harness import grade
+from workers.verdicts import Verdict
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@needs_cuda
+def test_timed_correct_solution_passes_with_speedup() -> None:
+    ex = load_exercise("attention-merge")
+    r = grade(ex.id, (ex.path / "solutions/correct/stable_fp32.py").read_bytes(), device="cuda")
+    assert r.verdict is Verdict.PASS, r.output
+    assert r.speedup is not None and r.timings
+    for t in r.timings:
+        assert t.n >= 10 and t.median_ms >= t.floor_ms
+
+
+@needs_cuda
+def test_side_stream_cheat_is_integrity_violation() -> None:
+    src = """
+import torch
+_s = torch.cuda.Stream()
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    with torch.cuda.stream(_s):
+        lse = torch.logaddexp(lse_a, lse_b)
+        safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+        out = out_a.float() * torch.exp(lse_a - safe).transpose(1, 2).unsqueeze(-1)
+        out = out + out_b.float() * torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
+        for _ in range(20):
+            out = out + 0
+        return out.to(out_a.dtype), lse
+"""
+    r = grade("attention-merge", src, device="cuda")
+    assert r.verdict in (Verdict.INTEGRITY_VIOLATION, Verdict.WRONG_ANSWER), r.output

@@ -1,0 +1,153 @@
+"""Exercise folders: ``item_bank/exercises/<id>/`` with spec.yaml, README.md, starter.py, solutions/.
+
+spec.yaml holds everything the grader needs except the hidden cases themselves: those are drawn
+by the checker from generator parameters (``hidden:``) and a server secret at grading time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workers.verdicts import Verdict
+
+EXERCISES_DIR = Path(__file__).resolve().parents[1] / "item_bank" / "exercises"
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_EXPECT = re.compile(r"^#\s*expect:\s*([A-Z_]+)\s*$")
+
+DEFAULT_LIMITS = {"import_s": 120.0, "tests_s": 180.0, "benchmark_s": 300.0}
+# Modules a submission must not import (spec §4 "import denylist"): the reference, the grader
+# and vendor attention kernels that would make the exercise trivial.
+DEFAULT_FORBIDDEN = (
+    "kernels",
+    "workers",
+    "service",
+    "item_bank",
+    "flash_attn",
+    "xformers",
+    "torch.nn.attention",
+    "fla",
+    "native_sparse_attention",
+)
+
+
+class ExerciseError(ValueError):
+    pass
+
+
+@dataclass
+class Solution:
+    path: Path
+    expected: Verdict
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.stem}"
+
+
+@dataclass
+class Exercise:
+    id: str
+    title: str
+    problem: str  # checker module: workers.problems.<problem>
+    entry: str
+    signature: str
+    path: Path
+    public_cases: list[dict[str, Any]]
+    hidden: dict[str, Any]
+    benchmark: list[dict[str, Any]]
+    tolerance: dict[str, Any]
+    limits: dict[str, float]
+    scoring: dict[str, Any]
+    world_size: int = 1
+    forbidden_imports: tuple[str, ...] = DEFAULT_FORBIDDEN
+    forbidden_calls: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def readme(self) -> str:
+        p = self.path / "README.md"
+        return p.read_text() if p.exists() else ""
+
+    @property
+    def starter(self) -> Path:
+        return self.path / "starter.py"
+
+    @property
+    def reference(self) -> Path:
+        """Trusted solution wrapping ``kernels``: timed as the speed baseline (never sandboxed
+        with the denylist: it is ours)."""
+        return self.path / "reference.py"
+
+    def solutions(self) -> list[Solution]:
+        out = []
+        for sub, default in (("correct", Verdict.PASS), ("wrong", None)):
+            for f in sorted((self.path / "solutions" / sub).glob("*.py")):
+                out.append(Solution(f, expected_verdict(f, default)))
+        return out
+
+
+def expected_verdict(path: Path, default: Verdict | None = None) -> Verdict:
+    first = path.read_text().splitlines()[:1]
+    m = _EXPECT.match(first[0]) if first else None
+    if m:
+        return Verdict(m.group(1))
+    if default is None:
+        raise ExerciseError(f"{path}: first line must be '# expect: VERDICT'")
+    return default
+
+
+def list_exercises(root: Path = EXERCISES_DIR) -> list[str]:
+    return (
+        sorted(p.name for p in root.iterdir() if (p / "spec.yaml").is_file())
+        if root.is_dir()
+        else []
+    )
+
+
+def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
+    if not _ID.match(exercise_id):
+        raise ExerciseError(f"bad exercise id {exercise_id!r}")
+    folder = root / exercise_id
+    spec_file = folder / "spec.yaml"
+    if not spec_file.is_file():
+        raise ExerciseError(
+            f"unknown exercise {exercise_id!r} (known: {', '.join(list_exercises(root))})"
+        )
+    spec = yaml.safe_load(spec_file.read_text())
+    if not isinstance(spec, dict):
+        raise ExerciseError(f"{spec_file}: not a mapping")
+    try:
+        limits = {
+            **DEFAULT_LIMITS,
+            **{k: float(v) for k, v in (spec.get("time_limits") or {}).items()},
+        }
+        return Exercise(
+            id=exercise_id,
+            title=str(spec["title"]),
+            problem=str(spec["problem"]),
+            entry=str(spec["entry"]),
+            signature=str(spec["signature"]),
+            path=folder,
+            public_cases=list(spec.get("public_cases") or []),
+            hidden=dict(spec["hidden"]),
+            benchmark=list(spec.get("benchmark") or []),
+            tolerance=dict(spec["tolerance"]),
+            limits=limits,
+            scoring={
+                "correctness_weight": 0.5,
+                "speed_weight": 0.5,
+                "clamp": 4.0,
+                "target": 1.0,
+                **(spec.get("scoring") or {}),
+            },
+            world_size=int(spec.get("world_size", 1)),
+            forbidden_imports=tuple(spec.get("forbidden_imports") or DEFAULT_FORBIDDEN),
+            raw=spec,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ExerciseError(f"{spec_file}: {e!r}") from e

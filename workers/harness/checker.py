@@ -1,0 +1,325 @@
+"""Trusted checker process: holds the secret, makes inputs and fp64 gold, judges outputs.
+
+Started by the parent as ``python -I -m workers.harness.checker`` with JSON-line commands on
+stdin and replies on stdout (pipes the parent created). It never imports student code: outputs
+arrive as raw files written by the runner and are parsed with the dtype/shape the checker
+expects, never unpickled. Verdicts for one call are decided in a fixed order: output contract
+(type, dtype, shape, device, contiguity, storage overlap), input mutation, forbidden ops, values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workers.exercises import Exercise, load_exercise
+from workers.problems import load_problem
+from workers.problems.base import BenchShape, Call, CaseDef, OutSpec
+from workers.problems.common import DTYPE_NAMES, Check, case_seed, fail
+from workers.verdicts import Verdict
+
+RUNNER_PATH = Path(__file__).with_name("runner.py")
+FORBIDDEN_OPS = (
+    "scaled_dot_product",
+    "flash_attention",
+    "efficient_attention",
+    "cudnn_attention",
+    "flex_attention",
+)
+PEAK_FLOPS = 990e12  # H200 datasheet dense bf16 (above the measured 782)
+PEAK_BYTES = 4.8e12  # H200 datasheet HBM3e (above the measured 4.3)
+
+
+def _load_runner_module() -> Any:
+    # Our own file, for the raw-tensor format and the timing-input generator (one definition).
+    spec = importlib.util.spec_from_file_location("_kgrade_runner_fmt", RUNNER_PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look the module up while the file executes
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RFMT = _load_runner_module()
+
+
+def roofline_floor_ms(flops: float, nbytes: float) -> float:
+    return max(flops / PEAK_FLOPS, nbytes / PEAK_BYTES) * 1e3
+
+
+class Checker:
+    def __init__(self, cmd: dict[str, Any]) -> None:
+        self.ex: Exercise = load_exercise(cmd["exercise"])
+        self.prob = load_problem(self.ex.problem)
+        self.secret = bytes.fromhex(cmd["secret"])
+        self.nonce = cmd["nonce"]
+        self.device = cmd["device"]
+        self.job = Path(cmd["job"])
+        self.world = int(cmd.get("world", self.ex.world_size))
+        self.ex.world_size = self.world
+        self.cases: list[CaseDef] = self.prob.build_cases(self.ex, self.secret, self.nonce)
+        if cmd.get("only_public"):
+            self.cases = [c for c in self.cases if c.visibility == "visible"]
+        else:
+            self.cases += self._twins()
+        self.out_hash: dict[int, str] = {}
+        self.calls: dict[int, Call] = {}
+        self.bench: list[BenchShape] = (
+            self.prob.bench_calls(self.ex) if self.device == "cuda" else []
+        )
+        self.gold_device = "cuda" if self.device == "cuda" and torch.cuda.is_available() else "cpu"
+
+    def _twins(self) -> list[CaseDef]:
+        """Two extra hidden calls on the first hidden case's shape: new values (a cache keyed on
+        shape, pointer or id replays a stale result) and the very same input again (outputs
+        must be bit-identical: nondeterminism, garbage reads)."""
+        base = next((c for c in self.cases if c.visibility == "hidden"), None)
+        if base is None:
+            return []
+        fresh = case_seed(self.secret, self.nonce, "twin")
+        return [
+            CaseDef(f"{base.name}/same-shape", "hidden", dict(base.params), fresh),
+            CaseDef(f"{base.name}/repeat", "hidden", dict(base.params), base.seed),
+        ]
+
+    # -- plan
+    def plan(self) -> dict[str, Any]:
+        return {
+            "cases": [{"name": c.name, "visibility": c.visibility} for c in self.cases],
+            "world": self.world,
+            "bench": [
+                {
+                    "name": b.name,
+                    "gens": b.gens,
+                    "args": b.args,
+                    "kwargs": b.kwargs,
+                    "ret": b.ret,
+                    "outputs": [o.to_msg() for o in b.outputs],
+                    "floor_ms": roofline_floor_ms(b.flops, b.bytes),
+                    "flops": b.flops,
+                    "bytes": b.bytes,
+                    "params": b.params,
+                }
+                for b in self.bench
+            ],
+        }
+
+    # -- one checked case: write inputs, describe the call per rank
+    def case(self, i: int) -> dict[str, Any]:
+        c = self.cases[i]
+        call = self.prob.materialize(self.ex, c)
+        self.calls[i] = call
+        ranks = []
+        for r, inputs in enumerate(call.inputs):
+            files = {}
+            for name, t in inputs.items():
+                rel = f"io/c{i}_r{r}_{name}.bin"
+                p = self.job / rel
+                with open(p, "wb") as f:
+                    f.write(RFMT.raw_bytes(t))
+                os.chmod(p, 0o644)
+                files[name] = {"path": rel, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape)}
+            outs = []
+            for o in call.outputs[r]:
+                m = o.to_msg()
+                m["path"] = f"out/c{i}_r{r}_{o.name}.bin"
+                m["nbytes"] = math.prod(o.shape) * torch.empty((), dtype=o.dtype).element_size()
+                outs.append(m)
+            ranks.append(
+                {
+                    "files": files,
+                    "args": call.args,
+                    "kwargs": call.kwargs,
+                    "outputs": outs,
+                    "ret": call.ret,
+                }
+            )
+        return {"ranks": ranks}
+
+    def _read_outputs(
+        self,
+        specs: list[OutSpec],
+        res: dict[str, Any],
+        r: int,
+        tag: str,
+        inputs: dict[str, torch.Tensor],
+    ) -> tuple[Check, dict[str, torch.Tensor]]:
+        """Contract checks on the runner's description, then parse the snapshot files."""
+        got = {d.get("name"): d for d in res.get("outputs", [])}
+        in_meta = res.get("inputs", {})
+        outs: dict[str, torch.Tensor] = {}
+        for o in specs:
+            d = got.get(o.name)
+            if d is None or "error" in d:
+                why = d.get("error") if d else "missing"
+                return fail(Verdict.TYPE_VIOLATION, f"output {o.name!r}: {why}"), outs
+            if not d.get("exact"):
+                return fail(
+                    Verdict.TYPE_VIOLATION,
+                    f"output {o.name!r} is {d.get('type')}, not exactly torch.Tensor",
+                ), outs
+            want_dt = DTYPE_NAMES[o.dtype]
+            if d.get("dtype") != want_dt:
+                return fail(
+                    Verdict.TYPE_VIOLATION,
+                    f"output {o.name!r} has dtype {d.get('dtype')}, expected {want_dt}",
+                ), outs
+            if d.get("shape") != list(o.shape):
+                return fail(
+                    Verdict.TYPE_VIOLATION,
+                    f"output {o.name!r} has shape {d.get('shape')}, expected {list(o.shape)}",
+                ), outs
+            if d.get("device") != self.device:
+                return fail(
+                    Verdict.TYPE_VIOLATION,
+                    f"output {o.name!r} is on {d.get('device')}, expected {self.device}",
+                ), outs
+            if not d.get("contiguous"):
+                return fail(
+                    Verdict.TYPE_VIOLATION,
+                    f"output {o.name!r} is not contiguous (strides {d.get('stride')})",
+                ), outs
+            s0, n0 = d.get("storage", [0, 0])
+            for iname, im in in_meta.items():
+                if iname == o.name:
+                    continue  # NSA aux.block_indices may be the given block_indices itself
+                s1, n1 = im.get("storage", [0, 0])
+                if n0 and n1 and s0 < s1 + n1 and s1 < s0 + n0:
+                    return fail(
+                        Verdict.TYPE_VIOLATION,
+                        f"output {o.name!r} shares storage with input {iname!r}",
+                    ), outs
+            path = self.job / f"out/{tag}_r{r}_{o.name}.bin"
+            if not path.is_file():
+                return fail(Verdict.INTEGRITY_VIOLATION, f"no snapshot of output {o.name!r}"), outs
+            outs[o.name] = RFMT.from_raw(path.read_bytes(), want_dt, list(o.shape))
+        for iname, t in inputs.items():
+            want = hashlib.sha256(RFMT.raw_bytes(t.cpu())).hexdigest()
+            if in_meta.get(iname, {}).get("sha256") != want:
+                return fail(Verdict.INPUT_MUTATED, f"input {iname!r} was modified"), outs
+        ops = res.get("ops") or {}
+        bad = sorted(k for k in ops if any(f in k for f in FORBIDDEN_OPS))
+        if bad:
+            return fail(Verdict.POLICY_VIOLATION, f"forbidden attention ops called: {bad}"), outs
+        return Check(), outs
+
+    def check(self, i: int, results: list[dict[str, Any]]) -> Check:
+        c, call = self.cases[i], self.calls.pop(i)
+        try:
+            outs = []
+            for r, res in enumerate(results):
+                chk, o = self._read_outputs(call.outputs[r], res, r, f"c{i}", call.inputs[r])
+                if not chk.ok:
+                    return chk
+                outs.append(o)
+            h = hashlib.sha256()
+            for o in outs:
+                for name in sorted(o):
+                    h.update(RFMT.raw_bytes(o[name]))
+            base = next((j for j, b in enumerate(self.cases) if c.name == f"{b.name}/repeat"), None)
+            if base is not None and self.out_hash.get(base) not in (None, h.hexdigest()):
+                return fail(
+                    Verdict.WRONG_ANSWER,
+                    "nondeterministic: the same input twice gave different outputs",
+                )
+            self.out_hash[i] = h.hexdigest()
+            if self.ex.problem == "ring":
+                return self.prob.check(
+                    self.ex, c, call, outs, [{"c10d_ops": res.get("ops") or {}} for res in results]
+                )
+            return self.prob.check(self.ex, c, call, outs)
+        finally:
+            for p in list((self.job / "io").glob(f"c{i}_*")) + list(
+                (self.job / "out").glob(f"c{i}_*")
+            ):
+                p.unlink(missing_ok=True)
+
+    def bench_check(self, b: int, seed: int, res: dict[str, Any], tag: str) -> Check:
+        shape = self.bench[b]
+        x = {
+            name: RFMT.gen_tensor(spec, seed + k, self.device)
+            for k, (name, spec) in enumerate(sorted(shape.gens.items()))
+        }
+        try:
+            chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x)
+            if not chk.ok:
+                return chk
+            xs = {k: v.to(self.gold_device) for k, v in x.items()}
+            return self.prob.check_bench(
+                self.ex, shape, xs, {k: v.to(self.gold_device) for k, v in outs.items()}
+            )
+        finally:
+            for p in (self.job / "out").glob(f"{tag}_*"):
+                p.unlink(missing_ok=True)
+
+
+_OUT = sys.stdout  # the reply channel; stray prints are sent to stderr in __main__
+
+
+def _reply(obj: dict[str, Any]) -> None:
+    _OUT.write(json.dumps(obj) + "\n")
+    _OUT.flush()
+
+
+def main() -> None:
+    checker: Checker | None = None
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        try:
+            if op == "init":
+                checker = Checker(cmd)
+                _reply({"ok": True, **checker.plan()})
+            elif op == "case":
+                _reply({"ok": True, **checker.case(int(cmd["i"]))})
+            elif op == "check":
+                c = checker.check(int(cmd["i"]), cmd["results"])
+                _reply(
+                    {
+                        "ok": True,
+                        "verdict": c.verdict.value if c.verdict else None,
+                        "message": c.message,
+                        "metrics": _jsonable(c.metrics),
+                    }
+                )
+            elif op == "bench_check":
+                c = checker.bench_check(int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"])
+                _reply(
+                    {
+                        "ok": True,
+                        "verdict": c.verdict.value if c.verdict else None,
+                        "message": c.message,
+                        "metrics": _jsonable(c.metrics),
+                    }
+                )
+            elif op == "exit":
+                _reply({"ok": True})
+                return
+            else:
+                _reply({"ok": False, "error": f"unknown op {op!r}"})
+        except Exception as e:  # noqa: BLE001 - a checker fault is an INFRA_ERROR upstream
+            _reply(
+                {
+                    "ok": False,
+                    "error": f"{type(e).__name__}: {e}",
+                    "tb": traceback.format_exc()[-4000:],
+                }
+            )
+
+
+def _jsonable(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, int | float) else str(v)) for k, v in m.items()}
+
+
+if __name__ == "__main__":
+    # Keep the checker quiet: stdout is the reply channel, so stray prints go to stderr.
+    sys.stdout = sys.stderr
+    main()

@@ -1,0 +1,168 @@
+"""Shared checker helpers: secret-mixed seeds, input distributions, tolerances, comparisons."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workers.verdicts import Verdict
+
+DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def case_seed(secret: bytes, *parts: object) -> int:
+    """HMAC the server secret into a case seed, so seeds cannot be derived from public data."""
+    msg = "\x1f".join(str(p) for p in parts).encode()
+    return int.from_bytes(hmac.new(secret, msg, hashlib.sha256).digest()[:8], "little") >> 1
+
+
+def rng(seed: int) -> torch.Generator:
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed)
+    return g
+
+
+def sample(shape: tuple[int, ...] | list[int], dist: str, g: torch.Generator) -> torch.Tensor:
+    """fp32 CPU samples; several distributions so degenerate-input special cases fail (spec §3)."""
+    shape = tuple(shape)
+    x = torch.randn(shape, generator=g, dtype=torch.float32)
+    if dist == "normal":
+        return x
+    if dist == "peaked":  # large logits: an unstable or low-precision softmax breaks
+        return x * 3.0
+    if dist == "heavy":  # Student-t(3): rare big values
+        chi = torch.randn((3, *shape), generator=g).pow(2).sum(0) / 3.0
+        return (x / chi.clamp_min(0.05).sqrt()).clamp(-30, 30)
+    if dist == "large":  # logits past exp()'s fp32 range: no max subtraction overflows
+        return x * 6.0
+    if dist == "uniform":
+        return torch.rand(shape, generator=g) * 2 - 1
+    raise ValueError(f"unknown distribution {dist!r}")
+
+
+@dataclass
+class Check:
+    """Outcome of checking one call. verdict None means passed."""
+
+    verdict: Verdict | None = None
+    message: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is None
+
+
+def fail(verdict: Verdict, message: str, **metrics: Any) -> Check:
+    return Check(verdict, message, metrics)
+
+
+def compare(
+    name: str,
+    out: torch.Tensor,
+    gold: torch.Tensor,
+    lowref: torch.Tensor | None,
+    *,
+    k: float,
+    atol_floor: float,
+    rel_rms: float | None = None,
+    allclose: tuple[float, float] | None = None,
+    max_abs: float | None = None,
+) -> Check:
+    """All-element comparison against fp64 gold (spec §4).
+
+    Bound: max|out-gold| <= k * max|lowref-gold| + atol_floor, where lowref is the honest
+    computation in the submission's precision (fp32 math, one final cast). Positions where gold
+    is -inf must be exactly -inf (empty rows); any other non-finite value fails.
+    """
+    out = out.to(torch.float64)
+    gold = gold.to(torch.float64)
+    neg = torch.isneginf(gold)
+    if bool((neg & ~torch.isneginf(out)).any()):
+        return fail(Verdict.WRONG_ANSWER, f"{name}: expected -inf (empty row) at some positions")
+    fin = ~neg
+    if not bool(torch.isfinite(gold[fin]).all()):
+        raise RuntimeError(f"{name}: gold is not finite (task bug)")
+    o, gd = out[fin], gold[fin]
+    if not bool(torch.isfinite(o).all()):
+        bad = int((~torch.isfinite(o)).sum())
+        return fail(Verdict.WRONG_ANSWER, f"{name}: {bad} NaN/Inf values")
+    if o.numel() == 0:
+        return Check()
+    err = (o - gd).abs()
+    max_err = float(err.max())
+    ref_err = float((lowref.to(torch.float64)[fin] - gd).abs().max()) if lowref is not None else 0.0
+    bound = k * ref_err + atol_floor
+    m: dict[str, Any] = {"max_err": max_err, "bound": bound, "ref_err": ref_err}
+    if max_err > bound:
+        return fail(
+            Verdict.WRONG_ANSWER, f"{name}: max abs error {max_err:.3g} exceeds {bound:.3g}", **m
+        )
+    if rel_rms is not None:
+        rms_ref = float(gd.pow(2).mean().sqrt())
+        r = float(err.pow(2).mean().sqrt()) / max(rms_ref, 1e-30)
+        m["rel_rms"] = r
+        if r > rel_rms:
+            return fail(Verdict.WRONG_ANSWER, f"{name}: rel RMS error {r:.3g} > {rel_rms:g}", **m)
+    if allclose is not None:
+        atol, rtol = allclose
+        if not bool((err <= atol + rtol * gd.abs()).all()):
+            return fail(
+                Verdict.WRONG_ANSWER, f"{name}: not allclose(atol={atol}, rtol={rtol})", **m
+            )
+    if max_abs is not None and max_err > max_abs:
+        return fail(Verdict.WRONG_ANSWER, f"{name}: max abs error {max_err:.3g} > {max_abs:g}", **m)
+    return Check(None, "", m)
+
+
+def attention_gold(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    q_offset: int = 0,
+    k_offset: int = 0,
+    scale: float | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plain dense attention in ``dtype``: out [B,Tq,Hq,D], lse [B,Hq,Tq]; empty rows -> (0, -inf)."""
+    B, Tq, Hq, D = q.shape
+    Hkv = k.shape[2]
+    G = Hq // Hkv
+    sc = (1.0 / math.sqrt(D)) if scale is None else float(scale)
+    qh = q.to(dtype).permute(0, 2, 1, 3)  # B,Hq,Tq,D
+    kh = k.to(dtype).permute(0, 2, 1, 3).repeat_interleave(G, dim=1)
+    vh = v.to(dtype).permute(0, 2, 1, 3).repeat_interleave(G, dim=1)
+    s = torch.matmul(qh, kh.transpose(-1, -2)) * sc
+    if causal:
+        qi = torch.arange(Tq).view(-1, 1) + q_offset
+        kj = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        s = s.masked_fill(~(qi >= kj), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # -inf for empty rows
+    p = torch.exp(s - lse.unsqueeze(-1).masked_fill(torch.isneginf(lse).unsqueeze(-1), 0.0))
+    p = torch.nan_to_num(p, nan=0.0)
+    out = torch.matmul(p, vh).permute(0, 2, 1, 3)
+    return out, lse
+
+
+def lowprec(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The honest kernel's own rounding: fp32 math cast once to the output dtype."""
+    return x.to(torch.float32).to(dtype)
+
+
+def attention_flops(B: int, Hq: int, Tq: int, Tk: int, D: int, causal: bool) -> float:
+    f = 4.0 * B * Hq * Tq * Tk * D
+    return f / 2 if causal else f
