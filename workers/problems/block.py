@@ -15,6 +15,7 @@ from workers.problems.common import (
     case_seed,
     compare,
     lowprec,
+    out_floor,
     rng,
     sample,
 )
@@ -105,7 +106,6 @@ def check_attention(
     ll: torch.Tensor,
 ) -> Check:
     t = ex.tolerance
-    eps = torch.finfo(out["out"].dtype).eps
     gmax = float(go.abs().max()) if go.numel() else 0.0
     c = compare(
         "out",
@@ -113,7 +113,7 @@ def check_attention(
         go,
         lo,
         k=t["out"]["k"],
-        atol_floor=t["out"]["floor_eps"] * eps * gmax,
+        atol_floor=out_floor(t["out"], out["out"].dtype, gmax),
         rel_rms=t["out"].get("rel_rms"),
         allclose=tuple(t["out"]["allclose"]) if "allclose" in t["out"] else None,
     )

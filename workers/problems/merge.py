@@ -7,7 +7,16 @@ from typing import Any
 import torch
 
 from workers.problems.base import BenchShape, Call, CaseDef, OutSpec
-from workers.problems.common import DTYPES, Check, case_seed, compare, lowprec, rng, sample
+from workers.problems.common import (
+    DTYPES,
+    Check,
+    case_seed,
+    compare,
+    lowprec,
+    out_floor,
+    rng,
+    sample,
+)
 
 
 def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
@@ -87,7 +96,6 @@ def _check(ex: Any, x: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) ->
     go, gl = merge_gold(x)
     lo, ll = merge_gold(x, torch.float32)
     t = ex.tolerance
-    eps = torch.finfo(out["out"].dtype).eps
     gmax = float(go.abs().max()) if go.numel() else 0.0
     c = compare(
         "out",
@@ -95,7 +103,7 @@ def _check(ex: Any, x: dict[str, torch.Tensor], out: dict[str, torch.Tensor]) ->
         go,
         lowprec(lo, x["out_a"].dtype),
         k=t["out"]["k"],
-        atol_floor=t["out"]["floor_eps"] * eps * gmax,
+        atol_floor=out_floor(t["out"], out["out"].dtype, gmax),
         rel_rms=t["out"].get("rel_rms"),
         allclose=tuple(t["out"]["allclose"]) if "allclose" in t["out"] else None,
     )

@@ -24,6 +24,7 @@ from workers.problems.common import (
     compare,
     fail,
     lowprec,
+    out_floor,
     rng,
     sample,
 )
@@ -299,7 +300,6 @@ def _check_values(
 ) -> Check:
     t = ex.tolerance
     dt = x["q"].dtype
-    eps = torch.finfo(dt).eps
     gmax = float(gold["out"].abs().max())
     c = compare(
         "out",
@@ -307,7 +307,7 @@ def _check_values(
         gold["out"],
         lowprec(low["out"], dt),
         k=t["out"]["k"],
-        atol_floor=t["out"]["floor_eps"] * eps * gmax,
+        atol_floor=out_floor(t["out"], out["out"].dtype, gmax),
         rel_rms=t["out"].get("rel_rms"),
         allclose=tuple(t["out"]["allclose"]) if "allclose" in t["out"] else None,
     )
