@@ -6,6 +6,12 @@ sliding window. Median CUDA-event times (triton.testing.do_bench) after warm-up;
 effective FLOPs (spec §6: only visited keys). Prints a table last.
 
     python benchmarks/bench_nsa.py [--seqs 16384 32768 65536] [--no-flex]
+
+``--variants`` instead compares the kernel variants (kernels.nsa.attention.VARIANTS) on
+identical inputs at T=32k and 64k: per-branch times, the total forward of every
+(selection, compressed) combination, and each variant's outputs against v1's:
+
+    python benchmarks/bench_nsa.py --variants [--seqs 32768 65536] [--tune-max 2]
 """
 
 from __future__ import annotations
@@ -18,15 +24,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("NSA_AUTOTUNE", "1")  # before kernels are imported: tune each kernel
+if "--variants" in sys.argv:
+    # bound compile time (< 5 min in all): each kernel tunes over its first k configs only
+    _k = sys.argv[sys.argv.index("--tune-max") + 1] if "--tune-max" in sys.argv else "2"
+    os.environ.setdefault("NSA_AUTOTUNE_MAX", _k)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+import kernels.nsa.attention as nsa_mod  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
-from kernels.nsa.compressed import compressed_triton  # noqa: E402
+from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton, topn_triton  # noqa: E402
 from kernels.nsa.config import num_cmp_blocks  # noqa: E402
-from kernels.nsa.selection import selection_triton  # noqa: E402
+from kernels.nsa.selection import (  # noqa: E402
+    SELECTION_IMPLS,
+    selection_triton,
+    selection_triton_v2,
+    union_blocks,
+)
 from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
 from kernels.nsa.window import window_triton  # noqa: E402
 
@@ -148,12 +164,21 @@ def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 32768, 65536])
+    ap.add_argument("--seqs", type=int, nargs="+", default=None)
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--variants", action="store_true", help="compare kernel variants")
+    ap.add_argument("--sel", nargs="+", default=list(SEL_VARIANTS), help="selection variants")
+    ap.add_argument("--cmp", nargs="+", default=list(COMPRESSED_IMPLS), help="cmp variants")
+    ap.add_argument("--tune-max", type=int, default=2, help="--variants: configs tuned/kernel")
     args = ap.parse_args()
+    print("command: PYTHONUNBUFFERED=1 python3 " + " ".join(sys.argv))
     if not torch.cuda.is_available():
         print("bench_nsa: needs CUDA")
         return
+    if args.variants:
+        run_variants(args.seqs or [32768, 65536], args.sel, args.cmp)
+        return
+    args.seqs = args.seqs or [16384, 32768, 65536]
     print(
         f"device {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}"
     )
@@ -201,6 +226,204 @@ def main() -> None:
                 parts.append(f"{base.split()[-1]} {r[base][0]:.2f} ms → {r[base][0] / tot:.2f}×")
         parts.append(f"vs 35 ms goal: {tot / 35.0:.2f}× of budget")
         print("  " + "; ".join(parts))
+
+
+# ---- variant comparison (--variants) --------------------------------------------------------
+
+# selection variant label → (implementation name, positions per program for v3)
+SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
+    "v1": ("v1", None),
+    "v2": ("v2", None),
+    "v3r2": ("v3", 2),
+    "v3r4": ("v3", 4),
+}
+
+
+def _diff(x: torch.Tensor, ref: torch.Tensor) -> str:
+    """max |x − ref| and rel-RMS over finite reference entries (NaN in x shows as nan)."""
+    x, ref = x.float(), ref.float()
+    fin = torch.isfinite(ref)
+    if not bool(torch.equal(torch.isfinite(x), fin)):
+        return "NONFINITE MISMATCH"
+    d = (x[fin] - ref[fin]).double()
+    if d.numel() == 0:
+        return "empty"
+    rms = float(d.pow(2).mean().sqrt() / ref[fin].double().pow(2).mean().sqrt().clamp_min(1e-30))
+    return f"max {float(d.abs().max()):.2e} rel {rms:.1e}"
+
+
+def _set_sel(label: str) -> None:
+    name, r = SEL_VARIANTS[label]
+    nsa_mod.VARIANTS["selection"] = name
+    if r is None:
+        os.environ.pop("KGRADE_NSA_SELECTION_R", None)
+    else:
+        os.environ["KGRADE_NSA_SELECTION_R"] = str(r)
+
+
+def _sel_fn(label: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    name, r = SEL_VARIANTS[label]
+    if r is None:
+        return SELECTION_IMPLS[name]  # type: ignore[return-value]
+    return lambda q, k, v, idx, cfg, scale: selection_triton_v2(
+        q, k, v, idx, cfg, scale, torch.empty, r
+    )
+
+
+def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
+    """One table: per-branch and total times of every variant, outputs checked against v1."""
+    cfg = NSAConfig()
+    scale = D**-0.5
+    table: list[tuple[str, str, dict[int, str]]] = []  # (row, check vs v1, T → cell)
+
+    def put(row: str, t: int, text: str, check: str = "") -> None:
+        for i, (name, _chk, cells) in enumerate(table):
+            if name == row:
+                cells[t] = text
+                if check and t == seqs[-1]:
+                    table[i] = (name, check, cells)
+                return
+        table.append((row, check, {t: text}))
+
+    def cell(row: str, t: int, ms: float | None, fl_: float | None, check: str = "") -> None:
+        text = "FAILED" if ms is None else f"{ms:.2f}" + (f" ({fl_ / ms / 1e9:.0f})" if fl_ else "")
+        put(row, t, text, check)
+
+    def timed(row: str, t: int, fn: Callable[[], object], fl_: float | None) -> float | None:
+        try:
+            fn()
+            torch.cuda.synchronize()
+            ms = bench(fn)
+        except Exception as exc:  # a broken variant must not hide the others
+            print(f"  T={t:6d} {row}: FAILED {type(exc).__name__}: {exc}")
+            traceback.print_exc(limit=4)
+            ms = None
+        print(f"  T={t:6d} {row:40s} " + ("FAILED" if ms is None else f"{ms:9.3f} ms"))
+        return ms
+
+    def one(t: int) -> None:  # a function: its tensors are freed on return
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        q = torch.randn(B, t, HQ, D, device="cuda", generator=gen).to(torch.bfloat16)
+        k = torch.randn(B, t, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
+        v = torch.randn(B, t, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
+        gates = torch.rand(B, t, HQ, 3, device="cuda", generator=gen)
+        # "local" queries: 64-position chunks share 80 % of their query direction, as
+        # neighbouring tokens of a real model do, so their top-n sets overlap
+        base = torch.randn(B, -(-t // 64), HQ, D, device="cuda", generator=gen)
+        noise = torch.randn(B, t, HQ, D, device="cuda", generator=gen)
+        q_loc = (0.8**0.5 * base.repeat_interleave(64, 1)[:, :t] + 0.2**0.5 * noise).to(q.dtype)
+        fl = flops(t, cfg)
+        kc = compress_mean_fast(k, cfg, torch.float16)
+        vc = compress_mean_fast(v, cfg, torch.float16)
+
+        # compressed branch
+        ref_c = compressed_triton(q, kc, vc, cfg, scale, True)
+        assert ref_c[2] is not None
+        idx = ref_c[2]
+        for name in cmp:
+            fn = COMPRESSED_IMPLS[name]
+            ms = timed(
+                f"cmp {name} attn+scores+top-n",
+                t,
+                lambda fn=fn: fn(q, kc, vc, cfg, scale, True),
+                fl["cmp"],
+            )
+            check = ""
+            try:
+                o, lse, ix = fn(q, kc, vc, cfg, scale, True)
+                assert ix is not None
+                same = float((ix == idx).all(-1).float().mean())
+                check = (
+                    f"o_cmp {_diff(o, ref_c[0])}; lse {_diff(lse, ref_c[1])}; idx same {same:.5f}"
+                )
+            except Exception as exc:
+                check = f"FAILED {type(exc).__name__}"
+            cell(f"cmp {name} attn+scores+top-n", t, ms, fl["cmp"], check)
+            ms = timed(
+                f"cmp {name} attn only",
+                t,
+                lambda fn=fn: fn(q, kc, vc, cfg, scale, False),
+                fl["cmp"],
+            )
+            cell(f"cmp {name} attn only", t, ms, fl["cmp"])
+        ts = -(-t // cfg.sel_block)
+        sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
+        sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
+        ms = timed("top-n alone (incl. sort)", t, lambda: topn_triton(sa, sb, t, HKV, cfg), None)
+        cell("top-n alone (incl. sort)", t, ms, None)
+
+        # selection branch, random and local queries (same indices for every variant)
+        _, _, idx_loc = compressed_triton(q_loc, kc, vc, cfg, scale, True)
+        assert idx_loc is not None
+        for tag, qq, ii in (("", q, idx), (" [local q]", q_loc, idx_loc)):
+            ref_s = selection_triton(qq, k, v, ii, cfg, scale)
+            for r in (2, 4):
+                cnt = union_blocks(ii, r)[1].float().mean().item()  # blocks per program
+                put(f"mean union of {r} positions{tag} (of {r * cfg.sel_count})", t, f"{cnt:.1f}")
+            for label in sel:
+                fn = _sel_fn(label)
+                row = f"slc {label}{tag}"
+                ms = timed(
+                    row, t, lambda fn=fn, qq=qq, ii=ii: fn(qq, k, v, ii, cfg, scale), fl["slc"]
+                )
+                try:
+                    o, lse = fn(qq, k, v, ii, cfg, scale)
+                    check = f"o_slc {_diff(o, ref_s[0])}; lse {_diff(lse, ref_s[1])}"
+                except Exception as exc:
+                    check = f"FAILED {type(exc).__name__}"
+                cell(row, t, ms, fl["slc"], check)
+
+        o_cmp, _, _ = ref_c
+        o_slc, _ = selection_triton(q, k, v, idx, cfg, scale)
+        ms = timed(
+            "window+combine",
+            t,
+            lambda: window_triton(q, k, v, cfg.window, scale, combine=(o_cmp, o_slc, gates)),
+            fl["win"],
+        )
+        cell("window+combine", t, ms, fl["win"])
+
+        # totals, every combination
+        total_fl = fl["cmp"] + fl["slc"] + fl["win"]
+        nsa_mod.VARIANTS.update(selection="v1", compressed="v1")
+        _set_sel("v1")
+        ref_out = nsa_attention(q, k, v, gates, cfg)
+        for cname in cmp:
+            for label in sel:
+                _set_sel(label)
+                nsa_mod.VARIANTS["compressed"] = cname
+                row = f"total fwd slc {label} / cmp {cname}"
+                ms = timed(row, t, lambda: nsa_attention(q, k, v, gates, cfg), total_fl)
+                try:
+                    check = "out " + _diff(nsa_attention(q, k, v, gates, cfg), ref_out)
+                except Exception as exc:
+                    check = f"FAILED {type(exc).__name__}"
+                cell(row, t, ms, total_fl, check)
+        nsa_mod.VARIANTS.update(selection=None, compressed=None)
+        os.environ.pop("KGRADE_NSA_SELECTION_R", None)
+
+    for t in seqs:
+        one(t)
+        torch.cuda.empty_cache()
+
+    for mod, kern in (
+        ("kernels.nsa.compressed", "nsa_compressed_fwd_kernel"),
+        ("kernels.nsa.compressed", "nsa_compressed_fwd_kernel_v2"),
+        ("kernels.nsa.selection", "nsa_selection_fwd_kernel"),
+        ("kernels.nsa.selection", "nsa_selection_fwd_kernel_v2"),
+        ("kernels.nsa.window", "nsa_window_fwd_kernel"),
+    ):
+        fn = getattr(sys.modules[mod], kern)
+        print(f"best config {kern}: {getattr(fn, 'best_config', None)}")
+    print(
+        f"\n## NSA fwd variants, B=1 Hq=64 Hkv=4 D=128 bf16, paper config; ms (effective "
+        f"TFLOP/s); check = vs v1 at T={seqs[-1] // 1024}k"
+    )
+    print("goals @64k: total ≤ 35, cmp+scores+top-n ≤ 15, selection ≈ 10, window ≤ 5 ms")
+    print("| row | " + " | ".join(f"T={t // 1024}k" for t in seqs) + " | check vs v1 |")
+    print("|" + "---|" * (len(seqs) + 2))
+    for name, chk, cells in table:
+        print(f"| {name} | " + " | ".join(cells.get(t, "—") for t in seqs) + f" | {chk} |")
 
 
 def _order(name: str) -> int:

@@ -37,7 +37,9 @@ def autotune_configs(configs: list[triton.Config]) -> list[triton.Config]:
     """
     if interpreting() or os.environ.get("NSA_AUTOTUNE") != "1":
         return configs[:1]
-    return configs
+    # NSA_AUTOTUNE_MAX=k keeps the first k (benchmarks bound their compile time this way)
+    limit = int(os.environ.get("NSA_AUTOTUNE_MAX", "0") or 0)
+    return configs[:limit] if limit > 0 else configs
 
 
 @triton.jit

@@ -6,12 +6,14 @@ the chunked PyTorch path. Both return the same outputs as ``nsa_attention_naive`
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from kernels.nsa._triton_common import interpreting, use_triton
-from kernels.nsa.compressed import banded_scores_ok, compressed_triton
+from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.config import NSAAux, NSAConfig
-from kernels.nsa.selection import selection_triton
+from kernels.nsa.selection import SELECTION_IMPLS
 from kernels.nsa.torch_path import (
     compress_mean_fast,
     compressed_torch,
@@ -24,6 +26,26 @@ from kernels.nsa.window import window_triton
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
 # forgot to write shows up as NaN instead of passing as stale memory.
 POISON_OUTPUTS = False
+
+# Kernel variants of the Triton path, chosen at call time (benchmarks compare them side by
+# side on identical inputs before a default is picked). An entry set here wins over the
+# environment variable; None → env → "v1".
+VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None}
+_VARIANT_ENV = {"selection": "KGRADE_NSA_SELECTION", "compressed": "KGRADE_NSA_COMPRESSED"}
+_VARIANT_IMPLS: dict[str, dict[str, object]] = {
+    "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
+    "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
+}
+
+
+def variant(branch: str) -> str:
+    """The active variant name of ``branch`` ("selection" or "compressed")."""
+    name = VARIANTS[branch] or os.environ.get(_VARIANT_ENV[branch], "") or "v1"
+    if name not in _VARIANT_IMPLS[branch]:
+        raise ValueError(
+            f"unknown NSA {branch} variant {name!r}; choose one of {sorted(_VARIANT_IMPLS[branch])}"
+        )
+    return name
 
 
 def _alloc(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -93,7 +115,8 @@ def nsa_attention(
     want = block_indices is None
 
     if fast and dims.tc > 0 and banded_scores_ok(cfg):
-        o_cmp, lse_cmp, idx = compressed_triton(q, kc, vc, cfg, dims.scale, want, alloc=_alloc)
+        compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
+        o_cmp, lse_cmp, idx = compressed_fn(q, kc, vc, cfg, dims.scale, want, _alloc)
     else:
         # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two
         o_cmp, lse_cmp, idx = compressed_torch(q, kc, vc, cfg, dims.scale, want)
@@ -102,7 +125,8 @@ def nsa_attention(
         idx = block_indices.to(torch.int32).contiguous()
 
     if fast:
-        o_slc, lse_slc = selection_triton(q, k, v, idx, cfg, dims.scale, alloc=_alloc)
+        selection_fn = SELECTION_IMPLS[variant("selection")]
+        o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc)
         out, lse_win = window_triton(
             q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc
         )

@@ -249,6 +249,278 @@ def nsa_topn_kernel(
         s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
 
 
+# ---------------------------------------------------------------------------------------------
+# Variants v2 / v3 of the compressed kernel (selectable beside v1, see ``compressed_variant``)
+#
+# Same two-pass algorithm and outputs as v1; the per-element softmax work is cut, because at
+# D=128 the ALU/MUFU work per logit (scale, visibility mask, max, exp2, where) costs as much as
+# the QK̃ MMA itself:
+#   * tiles fully visible to every row of the program (all but the last one or two) run a
+#     mask-free loop; only the causal edge pays for the visibility test and −inf guards;
+#   * the scale is folded into the exp2 argument (one FMA: qk·scale − m) instead of a
+#     separate multiply of the logit tile.
+# v3 also computes the ω-weighted block scores with two small tensor-core dots per tile
+# (p·Wa and p·Wb, with Wa/Wb the banded ω columns; p split into fp16 hi + lo parts so the sums
+# keep ≈ 2^-22 relative precision, enough to reproduce the reference's top-n) and sums the
+# G heads on the resulting [BLOCK_M, l′/d-grouped] tiles, 4× smaller than the [BLOCK_M,
+# BLOCK_C] probability tile that v1/v2 reshape (a shared-memory layout conversion per tile).
+# ---------------------------------------------------------------------------------------------
+
+
+def _cmp_v2_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 64}, num_warps=4, num_stages=1)]
+    # BLOCK_C stays 64 (v3's score dots need BLOCK_C / RATIO ≥ 16); first = default.
+    return autotune_configs(
+        [
+            triton.Config({"BLOCK_M": bm, "BLOCK_C": 64}, num_warps=w, num_stages=s)
+            for bm, w, s in ((128, 4, 2), (128, 8, 3), (128, 4, 3), (256, 8, 2))
+        ]
+    )
+
+
+@triton.jit
+def _cmp_block_scores(
+    p,  # [BLOCK_M, BLOCK_C] fp32 exact probabilities (0 where invisible)
+    WA,  # [BLOCK_C, BLOCK_S] banded ω (own block) — SCORE_DOT only
+    WB,  # [BLOCK_C, BLOCK_S] banded ω (spill into the next block) — SCORE_DOT only
+    wa,  # [RATIO] fp32
+    wb,  # [RATIO] fp32
+    SA,
+    SB,
+    s_base,  # [BLOCK_T, 1] offsets of the program's score rows
+    c0,
+    tt,  # [BLOCK_T] positions
+    T,
+    TS,
+    G: tl.constexpr,
+    RATIO: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    SCORE_DOT: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    if SCORE_DOT:
+        if DOT_F32:
+            xa = tl.dot(p, WA, input_precision="ieee")
+            xb = tl.dot(p, WB, input_precision="ieee")
+        else:
+            # p ≤ 1: scale by 2^15 so hi and lo stay normal fp16; hi + lo ≈ 22 bits of p.
+            ps = p * 32768.0
+            p_hi = ps.to(tl.float16)
+            p_lo = (ps - p_hi.to(tl.float32)).to(tl.float16)
+            xa = tl.dot(p_lo, WA, acc=tl.dot(p_hi, WA)) * (1.0 / 32768.0)
+            xb = tl.dot(p_lo, WB, acc=tl.dot(p_hi, WB)) * (1.0 / 32768.0)
+        sa = tl.sum(tl.reshape(xa, [BLOCK_T, G, BLOCK_S]), axis=1)  # [BLOCK_T, BLOCK_S]
+        sb = tl.sum(tl.reshape(xb, [BLOCK_T, G, BLOCK_S]), axis=1)
+    else:
+        pg = tl.sum(tl.reshape(p, [BLOCK_T, G, BLOCK_C]), axis=1)  # head sum per group
+        p3 = tl.reshape(pg, [BLOCK_T, BLOCK_S, RATIO])
+        sa = tl.sum(p3 * wa[None, None, :], axis=2)  # [BLOCK_T, BLOCK_S]
+        sb = tl.sum(p3 * wb[None, None, :], axis=2)
+    jj = c0 // RATIO + tl.arange(0, BLOCK_S)
+    smask = (tt[:, None] < T) & (jj[None, :] < TS)
+    tl.store(SA + s_base + jj[None, :], sa, mask=smask)
+    tl.store(SB + s_base + jj[None, :], sb, mask=smask)
+
+
+@triton.autotune(
+    configs=_cmp_v2_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "SCORE_DOT"]
+)
+@triton.jit
+def nsa_compressed_fwd_kernel_v2(
+    Q,  # [B, T, Hq, Dk]
+    KC,  # [B, Tc, Hkv, Dk]
+    VC,  # [B, Tc, Hkv, Dv]
+    O,  # [B, T, Hq, Dv] fp32
+    LSE,  # [B, T, Hq] fp32 (natural log)
+    SA,  # [B, Hkv, T, Ts] fp32
+    SB,  # [B, Hkv, T, Ts] fp32
+    sq_b,
+    sq_t,
+    sq_h,
+    sk_b,
+    sk_t,
+    sk_h,
+    sv_b,
+    sv_t,
+    sv_h,
+    so_b,
+    so_t,
+    so_h,
+    sl_b,
+    sl_t,
+    ss_b,
+    ss_h,
+    ss_t,
+    T,
+    TC,
+    TS,
+    qk_scale,  # scale · log2(e)
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    RATIO: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    SCORES: tl.constexpr,
+    SCORE_DOT: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    BLOCK_T: tl.constexpr = BLOCK_M // G
+    BLOCK_S: tl.constexpr = BLOCK_C // RATIO
+    pid_t = tl.num_programs(0) - 1 - tl.program_id(0)  # heavy (late) position blocks first
+    pid_bg = tl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t0 = pid_t * BLOCK_T
+    rows = tl.arange(0, BLOCK_M)
+    t = t0 + rows // G
+    h = g * G + rows % G
+    row_ok = t < T
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + b * sq_b + t[:, None] * sq_t + h[:, None] * sq_h + offs_dk[None, :],
+        mask=row_ok[:, None] & (offs_dk[None, :] < DK),
+        other=0.0,
+    )
+    if DOT_F32:  # noqa: SIM108 - constexpr branch
+        q = q.to(tl.float32)
+    else:
+        q = q.to(KC.dtype.element_ty)
+    t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
+    num = t_last + 1 - L_CMP
+    n_vis = tl.minimum(tl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
+    # Blocks visible to the first row are visible to every row: whole tiles of them need no
+    # causal mask (and no −inf guards: every logit of such a tile is finite).
+    num0 = t0 + 1 - L_CMP
+    n_all = tl.minimum(tl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
+    c_split = (n_all // BLOCK_C) * BLOCK_C
+    kc_base = KC + b * sk_b + g * sk_h
+    vc_base = VC + b * sv_b + g * sv_h
+    cols = tl.arange(0, BLOCK_C)
+
+    # ---- pass 1: exact row max and sum (base 2), m kept in scaled units ----
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    for c0 in range(0, c_split, BLOCK_C):
+        c = c0 + cols
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=offs_dk[:, None] < DK,
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        qk = mma(q, kt, DOT_F32)
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(qk * qk_scale - m_new[:, None]), 1)
+        m_i = m_new
+    for c0 in range(c_split, n_vis, BLOCK_C):  # causal edge: at most two tiles
+        c = c0 + cols
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        qk = mma(q, kt, DOT_F32)
+        vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
+        s = tl.where(vis, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l_i = l_i * tl.exp2(m_i - m_safe) + tl.sum(tl.exp2(s - m_safe[:, None]), 1)
+        m_i = m_new
+    has = l_i > 0
+    lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    lse_safe = tl.where(has, lse2, 0.0)
+
+    # ---- pass 2: exact p, o_cmp = p·ṽ, and ω-weighted group sums ----
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    r = tl.arange(0, RATIO)
+    wa = (tl.minimum(r * D_STRIDE + L_CMP, RATIO * D_STRIDE) - r * D_STRIDE).to(tl.float32)
+    wa = wa / D_STRIDE
+    wb = tl.maximum(r * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(tl.float32) / D_STRIDE
+    # banded ω as [BLOCK_C, BLOCK_S] matrices for the SCORE_DOT path (values are small
+    # integers: exact in fp16)
+    rc = cols % RATIO
+    wa_c = (tl.minimum(rc * D_STRIDE + L_CMP, RATIO * D_STRIDE) - rc * D_STRIDE).to(tl.float32)
+    wb_c = tl.maximum(rc * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(tl.float32)
+    band = (cols[:, None] // RATIO) == tl.arange(0, BLOCK_S)[None, :]
+    w_a = tl.where(band, wa_c[:, None] / D_STRIDE, 0.0)
+    w_b = tl.where(band, wb_c[:, None] / D_STRIDE, 0.0)
+    if not DOT_F32:
+        w_a = w_a.to(tl.float16)
+        w_b = w_b.to(tl.float16)
+    tt = t0 + tl.arange(0, BLOCK_T)
+    s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
+    for c0 in range(0, c_split, BLOCK_C):
+        c = c0 + cols
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=offs_dk[:, None] < DK,
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        qk = mma(q, kt, DOT_F32)
+        p = tl.exp2(qk * qk_scale - lse_safe[:, None])
+        vt = tl.load(
+            vc_base + c[:, None] * sv_t + offs_dv[None, :],
+            mask=offs_dv[None, :] < DV,
+            other=0.0,
+        )
+        if DOT_F32:
+            acc += mma(p, vt.to(tl.float32), DOT_F32)
+        else:
+            acc += mma(p.to(vt.dtype), vt, DOT_F32)
+        if SCORES:
+            _cmp_block_scores(
+                p, w_a, w_b, wa, wb, SA, SB, s_base, c0, tt, T, TS,
+                G, RATIO, BLOCK_T, BLOCK_S, BLOCK_C, SCORE_DOT, DOT_F32,
+            )  # fmt: skip
+    for c0 in range(c_split, n_vis, BLOCK_C):
+        c = c0 + cols
+        kt = tl.load(
+            kc_base + c[None, :] * sk_t + offs_dk[:, None],
+            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
+            other=0.0,
+        )
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+        qk = mma(q, kt, DOT_F32)
+        vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
+        p = tl.where(vis, tl.exp2(qk * qk_scale - lse_safe[:, None]), 0.0)
+        vt = tl.load(
+            vc_base + c[:, None] * sv_t + offs_dv[None, :],
+            mask=(c[:, None] < n_vis) & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if DOT_F32:
+            acc += mma(p, vt.to(tl.float32), DOT_F32)
+        else:
+            acc += mma(p.to(vt.dtype), vt, DOT_F32)
+        if SCORES:
+            _cmp_block_scores(
+                p, w_a, w_b, wa, wb, SA, SB, s_base, c0, tt, T, TS,
+                G, RATIO, BLOCK_T, BLOCK_S, BLOCK_C, SCORE_DOT, DOT_F32,
+            )  # fmt: skip
+    tl.store(
+        O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
+        acc,
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+    )
+    tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
+
+
 def compressed_triton(
     q: torch.Tensor,
     kc: torch.Tensor,
@@ -258,11 +530,51 @@ def compressed_triton(
     want_indices: bool,
     alloc: object = torch.empty,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Triton compressed branch. Same contract as ``torch_path.compressed_torch``.
+    """Triton compressed branch (v1). Same contract as ``torch_path.compressed_torch``.
 
     Requires l′/d to be a power of two (the banded ω reshape); callers check
     ``banded_scores_ok`` and fall back to the PyTorch path otherwise.
     """
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v1")
+
+
+def compressed_triton_v2(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    want_indices: bool,
+    alloc: object = torch.empty,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Variant v2: mask-free interior tiles + FMA-folded scale. Same contract as v1."""
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v2")
+
+
+def compressed_triton_v3(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    want_indices: bool,
+    alloc: object = torch.empty,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Variant v3: v2 + block scores by tensor-core dots with the banded ω (falls back to
+    v2's reshape sums when l′/d > 4, where the score tile would be narrower than 16)."""
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v3")
+
+
+def _compressed_launch(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    want_indices: bool,
+    alloc: object,
+    variant: str,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
     g = hq // hkv
@@ -282,7 +594,12 @@ def compressed_triton(
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
 
-    nsa_compressed_fwd_kernel[grid](
+    if variant == "v1":
+        kernel, extra = nsa_compressed_fwd_kernel, {}
+    else:  # v2 / v3 share a kernel; v3 needs BLOCK_C (64) / RATIO ≥ 16 for its score dots
+        kernel = nsa_compressed_fwd_kernel_v2
+        extra = {"SCORE_DOT": variant == "v3" and ratio <= 4}
+    kernel[grid](
         q,
         kc,
         vc,
@@ -322,6 +639,7 @@ def compressed_triton(
         BLOCK_DV=pow2(dv),
         SCORES=want_indices,
         DOT_F32=dot_f32(q.dtype),
+        **extra,
     )
     if not want_indices:
         return o, lse, None
@@ -381,10 +699,20 @@ def banded_scores_ok(cfg: NSAConfig) -> bool:
     return ratio & (ratio - 1) == 0 and ratio <= 32  # BLOCK_C ≥ 32 holds whole groups
 
 
+COMPRESSED_IMPLS = {
+    "v1": compressed_triton,
+    "v2": compressed_triton_v2,
+    "v3": compressed_triton_v3,
+}
+
 __all__ = [
+    "COMPRESSED_IMPLS",
     "banded_scores_ok",
     "compressed_triton",
+    "compressed_triton_v2",
+    "compressed_triton_v3",
     "nsa_compressed_fwd_kernel",
+    "nsa_compressed_fwd_kernel_v2",
     "nsa_topn_kernel",
     "topn_triton",
 ]

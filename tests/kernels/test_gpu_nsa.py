@@ -133,3 +133,78 @@ def test_gpu_64k_paper_shape_runs_clean() -> None:
         lse_s = logits.masked_fill(~sel, float("-inf")).logsumexp(-1).T
         got_s = aux.lse_slc[0, rows, grp * 16 : (grp + 1) * 16]
         assert (got_s - lse_s).abs().max() < 1e-3
+
+
+# ---- kernel variants (kernels.nsa.attention.VARIANTS): the checks above, per variant ----
+VARIANT_COMBOS = [("v2", "v2", None), ("v3", "v3", 2), ("v3", "v3", 4), ("v1", "v3", None)]
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None) -> None:
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection", slc)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", cmp)
+    if r is not None:
+        monkeypatch.setenv("KGRADE_NSA_SELECTION_R", str(r))
+
+
+@pytest.mark.parametrize(("slc", "cmp", "r"), VARIANT_COMBOS)
+@pytest.mark.parametrize(
+    ("group", "dtype"),
+    [(1, torch.bfloat16), (4, torch.float16), (16, torch.bfloat16), (4, torch.float32)],
+)
+def test_gpu_variants_groups_and_dtypes(
+    monkeypatch: pytest.MonkeyPatch,
+    slc: str,
+    cmp: str,
+    r: int | None,
+    group: int,
+    dtype: torch.dtype,
+) -> None:
+    _use(monkeypatch, slc, cmp, r)
+    t, hkv = 1777, 2
+    q, k, v, g = make_inputs(1, t, group * hkv, hkv, 64, dtype, seed=group, device="cuda")
+    cfg = NSAConfig(window=256, sel_count=8)
+    out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
+    ref_out, ref_aux = reference(q, k, v, g, cfg, block_indices=aux.block_indices)
+    assert_matches(out, aux, ref_out, ref_aux, dtype, check_indices=False)
+    _, ref_aux3 = reference(q, k, v, g, cfg)
+    same = (aux.block_indices == ref_aux3.block_indices).all(-1).float().mean().item()
+    assert same >= 0.999, same
+
+
+@pytest.mark.parametrize(("slc", "cmp", "r"), VARIANT_COMBOS)
+def test_gpu_variants_paper_g16_vs_reference_and_v1(
+    monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None
+) -> None:
+    q, k, v, g = make_inputs(1, 4096, 64, 4, 128, torch.bfloat16, seed=3, device="cuda")
+    out1, aux1 = nsa_attention(q, k, v, g, PAPER, return_aux=True)  # v1 (default)
+    _use(monkeypatch, slc, cmp, r)
+    out, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
+    ref_out, ref_aux = reference(q, k, v, g, PAPER, block_indices=aux.block_indices)
+    assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16, check_indices=False)
+    del ref_out, ref_aux
+    _, ref3 = reference(q, k, v, g, PAPER)
+    same = (aux.block_indices == ref3.block_indices).all(-1).float().mean().item()
+    assert same >= 0.999, same
+    same1 = (aux.block_indices == aux1.block_indices).all(-1).float().mean().item()
+    assert same1 >= 0.999, same1
+    assert err_ratio(out, out1) <= 5e-3
+
+
+@pytest.mark.parametrize(("slc", "cmp", "r"), VARIANT_COMBOS)
+def test_gpu_variants_planted_and_given(
+    monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None
+) -> None:
+    _use(monkeypatch, slc, cmp, r)
+    q, k, v, g, expected = planted_inputs(2000, 16, 1, 128, PAPER, torch.bfloat16, seed=2)
+    q, k, v, g = (x.cuda() for x in (q, k, v, g))
+    out, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
+    idx = aux.block_indices.cpu()
+    bad = [t for t in range(2000) if {int(j) for j in idx[0, t, 0] if j >= 0} != expected[t][0]]
+    assert not bad, bad[:10]
+    ref_out, ref_aux = reference(q, k, v, g, PAPER, block_indices=aux.block_indices)
+    assert err_ratio(out, ref_out) <= 5e-3
+    assert_lse_close(aux.lse_slc, ref_aux.lse_slc, 1e-3, "lse_slc")
+    assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 2e-2, "lse_cmp")
+    # given indices (selection kernel alone on the planted sets)
+    out2 = nsa_attention(q, k, v, g, PAPER, block_indices=aux.block_indices)
+    assert torch.equal(out, out2)
