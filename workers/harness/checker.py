@@ -64,6 +64,7 @@ class Checker:
         self.device = cmd["device"]
         self.job = Path(cmd["job"])
         self.world = int(cmd.get("world", self.ex.world_size))
+        self.trusted = bool(cmd.get("trusted", False))
         self.ex.world_size = self.world
         self.cases: list[CaseDef] = self.prob.build_cases(self.ex, self.secret, self.nonce)
         if cmd.get("only_public"):
@@ -206,7 +207,7 @@ class Checker:
             if in_meta.get(iname, {}).get("sha256") != want:
                 return fail(Verdict.INPUT_MUTATED, f"input {iname!r} was modified"), outs
         ops = res.get("ops") or {}
-        bad = sorted(k for k in ops if any(f in k for f in FORBIDDEN_OPS))
+        bad = [] if self.trusted else sorted(k for k in ops if any(f in k for f in FORBIDDEN_OPS))
         if bad:
             return fail(Verdict.POLICY_VIOLATION, f"forbidden attention ops called: {bad}"), outs
         return Check(), outs

@@ -16,6 +16,7 @@ WARMUP_MIN_S = 0.05
 SIDE_STREAM_RATIO = 0.5  # e_stream < 0.5 * e_sync ...
 SIDE_STREAM_MIN_MS = 0.05  # ... above 50 us: work escaped the timed stream
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
+CALL_OVERHEAD_MS = 0.25  # host cost inside the runner's call window around the events
 
 
 @dataclass
@@ -71,3 +72,18 @@ def clamp_speedup(t_ref: float, t_sub: float, clamp: float) -> float:
 
 def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def plausible(events_ms: list[float], call_walls_ms: list[float], walls_ms: list[float]) -> bool:
+    """Wall-clock plausibility of reported event times (grader spec §5).
+
+    Upper bound: no call's events exceed the parent's own wall clock for it. Lower bound: the
+    events cover the runner's call window up to a small per-call host overhead and 10 % jitter;
+    a patched timer or work hidden outside the window reports far less.
+    """
+    n = len(events_ms)
+    if n == 0:
+        return False
+    if sum(events_ms) > sum(walls_ms) + 0.05 * n:
+        return False
+    return sum(events_ms) >= 0.9 * sum(call_walls_ms) - n * CALL_OVERHEAD_MS

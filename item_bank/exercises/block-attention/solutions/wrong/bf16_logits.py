@@ -14,8 +14,8 @@ def block_attention(q, k, v, *, causal, q_offset=0, k_offset=0, scale=None):
     vh = v.to(torch.bfloat16).transpose(1, 2).repeat_interleave(G, 1)
     s = (qh @ kh.transpose(-1, -2)) * sc
     if causal:
-        i = torch.arange(Tq).view(-1, 1) + q_offset
-        j = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        i = torch.arange(Tq, device=q.device).view(-1, 1) + q_offset
+        j = torch.arange(k.shape[1], device=q.device).view(1, -1) + k_offset
         s = s.masked_fill(i < j, float("-inf"))
     lse = torch.logsumexp(s, -1)
     p = torch.softmax(s, -1).nan_to_num(0.0)

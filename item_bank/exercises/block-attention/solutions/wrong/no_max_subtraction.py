@@ -15,8 +15,8 @@ def block_attention(q, k, v, *, causal, q_offset=0, k_offset=0, scale=None):
     s = qf @ kf.transpose(-1, -2) * sc
     e = torch.exp(s)
     if causal:
-        i = torch.arange(Tq).view(-1, 1) + q_offset
-        j = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        i = torch.arange(Tq, device=q.device).view(-1, 1) + q_offset
+        j = torch.arange(k.shape[1], device=q.device).view(1, -1) + k_offset
         e = e.masked_fill(i < j, 0.0)
     den = e.sum(-1)
     out = (e @ vf) / den.clamp_min(1e-30).unsqueeze(-1)

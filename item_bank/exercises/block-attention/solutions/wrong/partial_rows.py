@@ -15,13 +15,13 @@ def block_attention(q, k, v, *, causal, q_offset=0, k_offset=0, scale=None):
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
     s = qf @ kf.transpose(-1, -2) * sc
     if causal:
-        i = torch.arange(half).view(-1, 1) + q_offset
-        j = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        i = torch.arange(half, device=q.device).view(-1, 1) + q_offset
+        j = torch.arange(k.shape[1], device=q.device).view(1, -1) + k_offset
         s = s.masked_fill(i < j, float("-inf"))
     lse_h = torch.logsumexp(s, -1)
     p = torch.exp(s - torch.where(torch.isneginf(lse_h), 0.0, lse_h).unsqueeze(-1))
     out = torch.empty_like(q)
-    lse = torch.empty((B, Hq, Tq))
+    lse = torch.empty((B, Hq, Tq), device=q.device)
     out[:, :half] = (p @ vf).transpose(1, 2).to(q.dtype)
     lse[:, :, :half] = lse_h
     return out, lse

@@ -15,8 +15,8 @@ def block_attention(q, k, v, *, causal, q_offset=0, k_offset=0, scale=None):
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
     mask = None
     if causal:
-        i = torch.arange(Tq).view(-1, 1) + q_offset
-        j = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        i = torch.arange(Tq, device=q.device).view(-1, 1) + q_offset
+        j = torch.arange(k.shape[1], device=q.device).view(1, -1) + k_offset
         mask = i >= j
     out = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=sc)
     s = (qf @ kf.transpose(-1, -2)) * sc

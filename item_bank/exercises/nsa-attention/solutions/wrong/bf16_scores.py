@@ -22,7 +22,7 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
     qf = q.float().transpose(1, 2)  # B,Hq,T,D
     kf = k.float().transpose(1, 2).repeat_interleave(G, 1)
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
-    t = torch.arange(T)
+    t = torch.arange(T, device=q.device)
     Tc = (T - l) // d + 1 if l <= T else 0
     kc = (
         torch.stack([kf[:, :, i * d : i * d + l].mean(2) for i in range(Tc)], 2)
@@ -34,28 +34,28 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
         if Tc
         else vf[:, :, :0]
     )
-    vis = (torch.arange(Tc) * d + l - 1).view(1, -1) <= t.view(-1, 1)
+    vis = (torch.arange(Tc, device=q.device) * d + l - 1).view(1, -1) <= t.view(-1, 1)
     o_cmp, lse_cmp, p_cmp = _branch(qf @ kc.transpose(-1, -2) * sc, vis, vc)
     Ts = (T + lp - 1) // lp
     if block_indices is None:
-        w = torch.zeros(Tc, Ts)
+        w = torch.zeros(Tc, Ts, device=q.device)
         for i in range(Tc):
             for j in range(Ts):
                 w[i, j] = max(0, min(i * d + l, (j + 1) * lp) - max(i * d, j * lp)) / d
         score = (p_cmp @ w).view(B, Hkv, G, T, Ts).sum(2)  # B,Hkv,T,Ts
         cur = (t // lp).view(-1, 1)
-        j = torch.arange(Ts).view(1, -1)
+        j = torch.arange(Ts, device=q.device).view(1, -1)
         elig = j <= cur
         forced = elig & ((j < config.sel_init) | (j > cur - config.sel_local))
         score = score.masked_fill(~elig, float("-inf")).masked_fill(forced, float("inf"))
         order = torch.sort(score, dim=-1, descending=True, stable=True).indices
-        bi = torch.full((B, Hkv, T, n), -1, dtype=torch.long)
+        bi = torch.full((B, Hkv, T, n), -1, dtype=torch.long, device=q.device)
         for tt in range(T):
             c = min(n, tt // lp + 1)
             bi[:, :, tt, :c] = torch.sort(order[:, :, tt, :c], -1).values
         block_indices = bi.transpose(1, 2).to(torch.int32)
     bi = block_indices.long().transpose(1, 2)  # B,Hkv,T,n
-    chosen = torch.zeros(B, Hkv, T, Ts + 1, dtype=torch.bool)
+    chosen = torch.zeros(B, Hkv, T, Ts + 1, dtype=torch.bool, device=q.device)
     chosen.scatter_(-1, torch.where(bi < 0, Ts, bi), True)
     causal = t.view(1, -1) <= t.view(-1, 1)
     smask = (chosen[..., :Ts][..., t // lp] & causal).repeat_interleave(G, 1)

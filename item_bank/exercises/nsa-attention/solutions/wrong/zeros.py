@@ -9,6 +9,6 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
     out = torch.zeros_like(q)
     if not return_aux:
         return out
-    bi = torch.full((B, T, k.shape[2], config.sel_count), -1, dtype=torch.int32)
-    z = torch.zeros(B, T, Hq)
+    bi = torch.full((B, T, k.shape[2], config.sel_count), -1, dtype=torch.int32, device=q.device)
+    z = torch.zeros(B, T, Hq, device=q.device)
     return out, SimpleNamespace(block_indices=bi, lse_cmp=z, lse_slc=z.clone(), lse_win=z.clone())

@@ -4,15 +4,15 @@ import torch
 import torch.distributed as dist
 
 
-def _pos(T, P, r, layout):
+def _pos(T, P, r, layout, device):
     if layout == "contiguous":
-        return torch.arange(r * T // P, (r + 1) * T // P)
+        return torch.arange(r * T // P, (r + 1) * T // P, device=device)
     if layout == "zigzag":
         c = T // (2 * P)
         return torch.cat(
-            [torch.arange(r * c, (r + 1) * c), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c)]
+            [torch.arange(r * c, (r + 1) * c, device=device), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c, device=device)]
         )
-    return torch.arange(r, T, P)
+    return torch.arange(r, T, P, device=device)
 
 
 def _attend(q, k, v, qpos, kpos, causal, sc):
@@ -42,9 +42,9 @@ def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None)
     sc = 1.0 / math.sqrt(D) if scale is None else scale
     nxt = dist.get_global_rank(group, (r + 1) % P)
     prv = dist.get_global_rank(group, (r - 1) % P)
-    qpos = _pos(T, P, r, layout)
-    o = torch.zeros(B, Hq, n, D)
-    l = torch.full((B, Hq, n), float("-inf"))
+    qpos = _pos(T, P, r, layout, q.device)
+    o = torch.zeros(B, Hq, n, D, device=q.device)
+    l = torch.full((B, Hq, n), float("-inf"), device=q.device)
     kv = torch.stack([k, v]).contiguous()
     for step in range(P):
         src = (r - step) % P
@@ -54,7 +54,7 @@ def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None)
             reqs = dist.batch_isend_irecv(
                 [dist.P2POp(dist.isend, kv, nxt, group), dist.P2POp(dist.irecv, buf, prv, group)]
             )
-        o2, l2 = _attend(q, kv[0], kv[1], qpos, _pos(T, P, src, layout), causal, sc)
+        o2, l2 = _attend(q, kv[0], kv[1], qpos, _pos(T, P, src, layout, q.device), causal, sc)
         o, l = _merge(o, l, o2, l2)
         for req in reqs:
             req.wait()

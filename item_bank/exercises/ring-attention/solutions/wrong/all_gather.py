@@ -5,15 +5,15 @@ import torch
 import torch.distributed as dist
 
 
-def _pos(T, P, r, layout):
+def _pos(T, P, r, layout, device):
     if layout == "contiguous":
-        return torch.arange(r * T // P, (r + 1) * T // P)
+        return torch.arange(r * T // P, (r + 1) * T // P, device=device)
     if layout == "zigzag":
         c = T // (2 * P)
         return torch.cat(
-            [torch.arange(r * c, (r + 1) * c), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c)]
+            [torch.arange(r * c, (r + 1) * c, device=device), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c, device=device)]
         )
-    return torch.arange(r, T, P)
+    return torch.arange(r, T, P, device=device)
 
 
 def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None):
@@ -28,8 +28,8 @@ def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None)
     dist.all_gather(ks, k.contiguous(), group=group)
     dist.all_gather(vs, v.contiguous(), group=group)
     kall, vall = torch.cat(ks, 1), torch.cat(vs, 1)
-    kpos = torch.cat([_pos(T, P, s, layout) for s in range(P)])
-    qpos = _pos(T, P, r, layout)
+    kpos = torch.cat([_pos(T, P, s, layout, q.device) for s in range(P)])
+    qpos = _pos(T, P, r, layout, q.device)
     G = Hq // k.shape[2]
     qf = q.float().transpose(1, 2)
     kf = kall.float().transpose(1, 2).repeat_interleave(G, 1)
