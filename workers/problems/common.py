@@ -148,8 +148,8 @@ def attention_gold(
     vh = v.to(dtype).permute(0, 2, 1, 3).repeat_interleave(G, dim=1)
     s = torch.matmul(qh, kh.transpose(-1, -2)) * sc
     if causal:
-        qi = torch.arange(Tq).view(-1, 1) + q_offset
-        kj = torch.arange(k.shape[1]).view(1, -1) + k_offset
+        qi = torch.arange(Tq, device=q.device).view(-1, 1) + q_offset
+        kj = torch.arange(k.shape[1], device=q.device).view(1, -1) + k_offset
         s = s.masked_fill(~(qi >= kj), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # -inf for empty rows
     p = torch.exp(s - lse.unsqueeze(-1).masked_fill(torch.isneginf(lse).unsqueeze(-1), 0.0))
