@@ -10,7 +10,10 @@ def _pos(T, P, r, layout, device):
     if layout == "zigzag":
         c = T // (2 * P)
         return torch.cat(
-            [torch.arange(r * c, (r + 1) * c, device=device), torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c, device=device)]
+            [
+                torch.arange(r * c, (r + 1) * c, device=device),
+                torch.arange((2 * P - 1 - r) * c, (2 * P - r) * c, device=device),
+            ]
         )
     return torch.arange(r, T, P, device=device)
 

@@ -15,7 +15,9 @@ def ring_attention_local(q, k, v, *, causal, group, layout="zigzag", scale=None)
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
     s = qf @ kf.transpose(-1, -2) * sc
     if causal:
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        s = s.masked_fill(
+            torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf")
+        )
     lse = torch.logsumexp(s, -1)
     p = torch.exp(s - lse.unsqueeze(-1))
     return (p @ vf).transpose(1, 2).to(q.dtype).contiguous(), lse.contiguous()
