@@ -16,21 +16,17 @@ from workers.problems.common import (
     compare,
     lowprec,
     out_floor,
+    public_cases,
     rng,
     sample,
+    shape_picker,
 )
 
 
 def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
-    cases = [
-        CaseDef(f"public/{c['name']}", "visible", dict(c), int(c.get("seed", i)))
-        for i, c in enumerate(ex.public_cases)
-    ]
+    cases = public_cases(ex)
     h = ex.hidden
-    g = torch.Generator().manual_seed(case_seed(secret, nonce, "shapes"))
-
-    def pick(opts: list[Any]) -> Any:
-        return opts[int(torch.randint(len(opts), (1,), generator=g))]
+    pick = shape_picker(secret, nonce)
 
     for i in range(int(h["count"])):
         # Hidden shapes cycle through the listed dtypes/dists so every one is always covered.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,3 +177,24 @@ def lowprec(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def attention_flops(B: int, Hq: int, Tq: int, Tk: int, D: int, causal: bool) -> float:
     f = 4.0 * B * Hq * Tq * Tk * D
     return f / 2 if causal else f
+
+
+def public_cases(ex: Any) -> list[Any]:
+    """The exercise's public cases, in spec order, visible to the student."""
+    from workers.problems.base import CaseDef
+
+    return [
+        CaseDef(f"public/{c['name']}", "visible", dict(c), int(c.get("seed", i)))
+        for i, c in enumerate(ex.public_cases)
+    ]
+
+
+def shape_picker(secret: bytes, nonce: str) -> Callable[[Sequence[Any]], Any]:
+    """Draws hidden-case options from a generator keyed by the server secret and the run nonce,
+    so neither the runner nor a student who has seen earlier runs can predict the shapes."""
+    g = torch.Generator().manual_seed(case_seed(secret, nonce, "shapes"))
+
+    def pick(opts: Sequence[Any]) -> Any:
+        return opts[int(torch.randint(len(opts), (1,), generator=g))]
+
+    return pick

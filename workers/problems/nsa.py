@@ -27,6 +27,7 @@ from workers.problems.common import (
     out_floor,
     rng,
     sample,
+    shape_picker,
 )
 
 CONFIG_FIELDS = (
@@ -173,10 +174,7 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
                 )
             )
     h = ex.hidden
-    g = torch.Generator().manual_seed(case_seed(secret, nonce, "shapes"))
-
-    def pick(opts: list[Any]) -> Any:
-        return opts[int(torch.randint(len(opts), (1,), generator=g))]
+    pick = shape_picker(secret, nonce)
 
     for i in range(int(h["count"])):
         hq, hkv = pick(h["heads"])

@@ -22,8 +22,10 @@ from workers.problems.common import (
     case_seed,
     fail,
     lowprec,
+    public_cases,
     rng,
     sample,
+    shape_picker,
 )
 
 # c10d op names (profiler / dispatcher) that move a whole tensor to every rank: forbidden here.
@@ -56,15 +58,9 @@ def positions(T: int, P: int, r: int, layout: str) -> torch.Tensor:
 
 
 def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
-    cases = [
-        CaseDef(f"public/{c['name']}", "visible", dict(c), int(c.get("seed", i)))
-        for i, c in enumerate(ex.public_cases)
-    ]
+    cases = public_cases(ex)
     h = ex.hidden
-    g = torch.Generator().manual_seed(case_seed(secret, nonce, "shapes"))
-
-    def pick(opts: list[Any]) -> Any:
-        return opts[int(torch.randint(len(opts), (1,), generator=g))]
+    pick = shape_picker(secret, nonce)
 
     for i in range(int(h["count"])):
         hq, hkv = pick(h["heads"])
