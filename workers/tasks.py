@@ -9,7 +9,8 @@
 4. counts the attempt in the DB; a delivery beyond ``MAX_RUNS`` records INFRA_ERROR and acks,
    so a submission that keeps killing its worker cannot loop (spec section 8);
 5. runs the grader core by exec in a fresh process (``python -m workers.job``) in its own
-   session, relaying its progress events into the DB, killing the whole group on a timeout;
+   session, relaying its progress events (coalesced) into the DB, killing the whole group on a
+   timeout;
 6. upserts the result on (submission id, attempt).
 
 Only infrastructure errors are retried; every student fault is a verdict from the core.
@@ -57,6 +58,8 @@ JOB_TIMEOUT_S = float(os.environ.get("KGRADE_JOB_TIMEOUT_S") or PHASE_BUDGET_S +
 KILL_GRACE_S = 5.0
 #: Staff-facing log capture of the job process.
 LOG_CAP_BYTES = 64_000
+#: Progress writes: a new phase at once, further updates within a phase at most this often.
+PROGRESS_INTERVAL_S = 0.25
 
 
 class JobInfraError(RuntimeError):
@@ -90,6 +93,46 @@ def failure_result(verdict: str, message: str) -> dict[str, Any]:
 ProgressFn = Callable[[str, int, "int | None"], None]
 
 
+class ProgressCoalescer:
+    """Keeps progress writes cheap: the first event of a phase is passed on at once, later ones
+    of the same phase at most every ``interval`` seconds (the newest wins; ``flush()`` passes on
+    a held one), and repeats of the last event passed on are dropped. Writes stay idempotent:
+    each one sets the whole progress, so a dropped intermediate event loses nothing final.
+    """
+
+    def __init__(self, write: ProgressFn, interval: float = PROGRESS_INTERVAL_S) -> None:
+        self._write = write
+        self.interval = interval
+        self._last: tuple[str, int, int | None] | None = None
+        self._last_t = 0.0
+        self._held: tuple[str, int, int | None] | None = None
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        event = (phase, done, total)
+        if event == self._last:
+            self._held = None
+        elif self._last is None or phase != self._last[0] or self.wait() <= 0:
+            self._pass_on(event)
+        else:
+            self._held = event
+
+    def wait(self) -> float:
+        """Seconds until a held event is due (0 when it is due now)."""
+        return max(0.0, self._last_t + self.interval - time.monotonic())
+
+    def pending(self) -> bool:
+        return self._held is not None
+
+    def flush(self) -> None:
+        if self._held is not None:
+            self._pass_on(self._held)
+
+    def _pass_on(self, event: tuple[str, int, int | None]) -> None:
+        self._held = None
+        self._last, self._last_t = event, time.monotonic()
+        self._write(*event)
+
+
 def run_job(
     request: dict[str, Any],
     on_progress: ProgressFn,
@@ -98,6 +141,7 @@ def run_job(
 ) -> dict[str, Any]:
     """Run the grader core for ``request`` in a fresh process; its validated results.json.
 
+    ``on_progress`` gets the job's progress events coalesced (``ProgressCoalescer``).
     Raises JobInfraError when the process ends without a valid result, and TimeoutError when it
     outlives ``timeout_s``. Celery's SoftTimeLimitExceeded propagates after the group is killed.
     """
@@ -135,6 +179,7 @@ def _run_process(
         # Only the child holds the write end now, so EOF on read_fd means the job is over.
         os.close(write_fd)
     result: dict[str, Any] | None = None
+    progress = ProgressCoalescer(on_progress)
     try:
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(request).encode())
@@ -146,11 +191,15 @@ def _run_process(
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"grading took longer than {timeout_s:.0f} s")
-                ready, _, _ = select.select([events], [], [], min(left, 1.0))
+                wait = progress.wait() if progress.pending() else 1.0
+                ready, _, _ = select.select([events], [], [], min(left, wait))
+                if progress.pending() and progress.wait() <= 0:
+                    progress.flush()
                 if not ready:
                     continue
                 chunk = events.read(65536)
                 if not chunk:
+                    progress.flush()
                     break
                 buf += chunk
                 if len(buf) > 2 * MAX_RESULTS_BYTES:
@@ -159,7 +208,7 @@ def _run_process(
                 for line in lines:
                     event = json.loads(line)
                     if event.get("event") == "progress":
-                        on_progress(str(event["phase"]), int(event["done"]), event.get("total"))
+                        progress(str(event["phase"]), int(event["done"]), event.get("total"))
                     elif event.get("event") == "result":
                         result = event["result"]
         rc = proc.wait(timeout=30)
@@ -249,7 +298,10 @@ def _grade(task: Any, sub: Any, attempt: int) -> dict[str, Any]:
     }
 
     def progress(phase: str, done: int, total: int | None) -> None:
-        store.set_progress(sub.id, phase, done, total)
+        try:
+            store.set_progress(sub.id, phase, done, total)
+        except Exception:  # noqa: BLE001 - progress is advisory: a failed write must not fail
+            log.warning("submission %s: progress write failed", sub.id, exc_info=True)
 
     try:
         return run_job(request, progress)

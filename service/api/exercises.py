@@ -121,9 +121,15 @@ class SubmissionCreatedSchema(Schema):
 
 
 class ProgressSchema(Schema):
-    phase = fields.String(allow_none=True, metadata={"description": "e.g. starting, grading"})
-    done = fields.Integer(allow_none=True)
-    total = fields.Integer(allow_none=True)
+    phase = fields.String(
+        allow_none=True,
+        metadata={
+            "description": "queued, starting, grading, then import, tests (cases), "
+            "benchmark (shapes; GPU only), done"
+        },
+    )
+    done = fields.Integer(allow_none=True, metadata={"description": "finished in this phase"})
+    total = fields.Integer(allow_none=True, metadata={"description": "null while unknown"})
 
 
 class SubmissionSchema(Schema):

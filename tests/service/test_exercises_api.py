@@ -381,6 +381,7 @@ def test_real_pipeline_grades_correct_and_wrong_solutions(
         assert body["verdict"] == expected.value, (exercise, name, body["result"]["output"])
         validate_results(body["result"])
         assert body["attempts"] == 1 and body["progress"]["phase"] == "done"
+        assert body["progress"]["done"] == body["progress"]["total"] == 1
         assert body["started_at"] and body["finished_at"] and body["gradable"] is True
         # Students get results without the staff-only logs.
         student_view = world.get(url, "alice").get_json()["result"]

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,12 @@ MAX_MSG = 1 << 20
 # Reference timings per (exercise, shape, gpu, versions): the baseline is timed once per process
 # (and optionally persisted) in its own trusted sandboxed process through this same harness.
 _REF_CACHE: dict[str, float] = {}
+
+#: ``progress(phase, done, total)``: phases ``import`` (0/1, 1/1), ``tests`` (cases finished of
+#: all cases), ``benchmark`` (shapes timed of all shapes) and ``done`` (1/1), in that order, with
+#: ``done`` never decreasing within a phase. Only fixed phase names and counts: nothing the
+#: submission controls, and no case names (hidden cases stay undescribed).
+ProgressFn = Callable[[str, int, int], None]
 
 
 class Failure(Exception):
@@ -206,6 +213,17 @@ class Job:
     box: Sandboxed | None = None
     checker: CheckerProc | None = None
     logs: str = ""
+    progress: ProgressFn | None = None
+
+    def report(self, phase: str, done: int, total: int) -> None:
+        """Tell the caller how far grading is; never affects the verdict."""
+        if self.progress is None:
+            return
+        # Progress is advisory (a closed events pipe, a database hiccup in the caller): a failing
+        # reporter must neither fail the student nor turn a verdict into INFRA_ERROR, so its
+        # errors are dropped here rather than reaching the verdict's try block.
+        with contextlib.suppress(Exception):
+            self.progress(phase, done, total)
 
     def setup(self) -> None:
         base = os.environ.get("KGRADE_JOB_ROOT") or None
@@ -413,9 +431,13 @@ def grade(
     trusted: bool = False,
     reference_timing: bool = True,
     limits: dict[str, float] | None = None,
+    progress: ProgressFn | None = None,
 ) -> GradeResult:
     """Grade one submission of ``exercise_id`` in a fresh process tree; never raises for
-    anything the submission does (its verdict says it), INFRA_ERROR for our own faults."""
+    anything the submission does (its verdict says it), INFRA_ERROR for our own faults.
+
+    ``progress(phase, done, total)``, if given, is called at each phase start, after each test
+    case and after each benchmark shape (see ``ProgressFn``); its exceptions are ignored."""
     t0 = time.monotonic()
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -436,6 +458,7 @@ def grade(
         isolation=isolation,
         only_public=only_public,
         world=world,
+        progress=progress,
     )
     res = GradeResult(
         exercise=exercise_id,
@@ -450,6 +473,8 @@ def grade(
     tests: list[TestResult] = []
     plan: dict[str, Any] = {}
     try:
+        # the import phase covers the job's start-up too (runner and checker start in parallel)
+        job.report("import", 0, 1)
         job.setup()
         job.checker = CheckerProc(job.checker_env())
         job.start_runner()  # starts while the checker imports torch and draws the cases
@@ -489,6 +514,7 @@ def grade(
             job.close()
         except Exception as e:  # noqa: BLE001
             res.details["cleanup_error"] = repr(e)
+    job.report("done", 1, 1)
     res.logs = job.logs
     # tests that never ran are reported as failed, so the list always covers every case
     names = {t.name for t in tests}
@@ -560,11 +586,14 @@ def _phase_import(job: Job) -> None:
         if not m["ok"]:
             err = m.get("error") or {}
             raise Failure(_error_verdict(err), "import failed: " + _fmt_err(err))
+    job.report("import", 1, 1)
 
 
 def _phase_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> None:
     deadline = time.monotonic() + job.ex.limits["tests_s"]
     assert job.checker
+    n_cases = len(plan["cases"])
+    job.report("tests", 0, n_cases)
     for i, case in enumerate(plan["cases"]):
         spec = job.checker.ask({"op": "case", "i": i})
         cid = f"c{i}"
@@ -600,6 +629,7 @@ def _phase_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> Non
                 failure.verdict.value if failure else Verdict.PASS.value,
             )
         )
+        job.report("tests", i + 1, n_cases)  # a count only: hidden case names stay here
         if failure:
             if case["visibility"] == "hidden":
                 # the student-facing message must not describe the hidden case
@@ -747,8 +777,11 @@ def _ref_key(ex: Exercise, shape: dict[str, Any], res: GradeResult) -> str:
 def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bool) -> None:
     deadline = time.monotonic() + job.ex.limits["benchmark_s"]
     subs = []
+    n_shapes = len(plan["bench"])
+    job.report("benchmark", 0, n_shapes)
     for b, shape in enumerate(plan["bench"]):
         subs.append(_bench_shape(job, b, shape, deadline))
+        job.report("benchmark", b + 1, n_shapes)
     refs: list[float | None] = [None] * len(subs)
     if reference:
         refs = reference_times(job.ex, plan, res)
