@@ -40,6 +40,8 @@ export KGRADE_GRADE_DEVICE=$DEVICE
 export KGRADE_IMPORT_BANK=0
 # The baseline (our reference, timed by the same harness) is measured once per worker and kept.
 export KGRADE_REF_CACHE=${KGRADE_REF_CACHE:-$WORK/ref-cache.json}
+# Compiled Triton kernels of our reference, kept between reference runs (never seen by students).
+export KGRADE_REF_TRITON_CACHE=${KGRADE_REF_TRITON_CACHE:-$WORK/ref-triton}
 
 if [ "$DEVICE" = cuda ]; then
   GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)

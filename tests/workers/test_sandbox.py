@@ -208,3 +208,33 @@ for root, _, files in os.walk(os.path.dirname(os.path.dirname(__file__))):
     )  # secret from the environment, hidden cases included
     assert r.verdict is Verdict.PASS, r.output
     assert os.environ["KGRADE_GRADER_SECRET"] == marker
+
+
+def test_reference_triton_cache_is_shared_only_with_trusted_runs(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    cache = tmp_path / "ref-triton"
+    monkeypatch.setenv("KGRADE_REF_TRITON_CACHE", str(cache))
+    src = (
+        HONEST
+        + f"""
+import os, pathlib
+WROTE = []
+for d in (os.environ["TRITON_CACHE_DIR"], {str(cache)!r}):
+    try:
+        pathlib.Path(d).mkdir(parents=True, exist_ok=True)
+        pathlib.Path(d, "marker").write_text("x")
+        WROTE.append(d)
+    except OSError:
+        pass
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    return _merge(out_a, lse_a, out_b, lse_b)
+"""
+    )
+    untrusted = run(src)
+    assert untrusted.verdict is Verdict.PASS, untrusted.output
+    assert not (cache / "marker").exists(), "an untrusted job reached the reference cache"
+    trusted = run(src, trusted=True)
+    assert trusted.verdict is Verdict.PASS, trusted.output
+    assert (cache / "marker").exists(), "the trusted run did not get the shared cache"
