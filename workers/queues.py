@@ -7,6 +7,8 @@ One worker process per GPU (``-c 1``) consumes ``gpu``; a worker holding two GPU
 
 from __future__ import annotations
 
+import sys
+
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUE_GPU_X2 = "gpu-x2"
@@ -29,3 +31,34 @@ def queue_for(device: str, gpus: int = 1) -> str:
 def device_for_queue(queue: str | None) -> str:
     """The device a message on ``queue`` is graded on (unknown queues count as CPU)."""
     return "cuda" if queue in (QUEUE_GPU, QUEUE_GPU_X2) else "cpu"
+
+
+def worker_argv(queues: list[str] | tuple[str, ...], name: str) -> list[str]:
+    """Command line of one grading worker process (``kgrade serve``'s sidecar, tests, deploys).
+
+    One job at a time (``-c 1``, prefetch 1): the grader runs its own process tree per job, and
+    on a GPU one job per device keeps timings honest. Mingle and gossip are off because workers
+    share nothing but the broker.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "-Q",
+        ",".join(queues),
+        "-c",
+        "1",
+        "--pool",
+        "prefork",
+        "--prefetch-multiplier",
+        "1",
+        "-n",
+        name,
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "info",
+    ]

@@ -9,10 +9,9 @@ separately (one per GPU; see deploy/README.md) and nothing is started here.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
-from workers.queues import QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2
+from workers.queues import QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2, worker_argv
 
 
 def embedded_worker(settings: dict[str, Any]) -> list[str] | None:
@@ -21,28 +20,4 @@ def embedded_worker(settings: dict[str, Any]) -> list[str] | None:
         return None
     device = env.get("KGRADE_GRADE_DEVICE", "cpu")
     queues = [QUEUE_CPU] if device == "cpu" else [QUEUE_GPU, QUEUE_GPU_X2]
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.celery_app",
-        "worker",
-        "-Q",
-        ",".join(queues),
-        # One job at a time: the grader runs its own process tree per job, and on a GPU one
-        # job per device keeps timings honest.
-        "-c",
-        "1",
-        "--pool",
-        "prefork",
-        "--prefetch-multiplier",
-        "1",
-        "-n",
-        "embedded@%h",
-        # No other workers to sync with on a single machine.
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "info",
-    ]
+    return worker_argv(queues, "embedded@%h")

@@ -14,7 +14,6 @@ import io
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from service.db.tokens import ApiToken
 from tests.service.conftest import REPO, World, db_engine, table_snapshot
 from tests.service.test_api_bad_input import MALFORMED_BODIES
 from workers.exercises import list_exercises, load_exercise
+from workers.queues import worker_argv
 from workers.results import validate_results
 from workers.store import utcnow
 from workers.verdicts import Verdict
@@ -302,26 +302,7 @@ def worker(
     var = tmp_path_factory.mktemp("worker-var")
     log = var / "worker.log"
     env = dict(os.environ, **celery_redis, DATABASE_URL=backend, KGRADE_VAR_DIR=str(var))
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.celery_app",
-        "worker",
-        "-Q",
-        "cpu",
-        "-c",
-        "1",
-        "--pool",
-        "prefork",
-        "-n",
-        f"test-{uuid.uuid4().hex[:6]}@%h",
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "info",
-    ]
+    cmd = worker_argv(["cpu"], f"test-{uuid.uuid4().hex[:6]}@%h")
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -23,6 +23,7 @@ from sqlalchemy import insert
 
 from workers import store as st
 from workers.exercises import load_exercise
+from workers.queues import worker_argv
 from workers.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,26 +217,7 @@ def redis_worker(
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery_app",
-                "worker",
-                "-Q",
-                "cpu",
-                "-c",
-                "1",
-                "--pool",
-                "prefork",
-                "-n",
-                f"loss-{uuid.uuid4().hex[:6]}@%h",
-                "--without-mingle",
-                "--without-gossip",
-                "-l",
-                "info",
-            ],
+            worker_argv(["cpu"], f"loss-{uuid.uuid4().hex[:6]}@%h"),
             cwd=ROOT,
             env=env,
             stdout=out,
