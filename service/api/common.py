@@ -159,6 +159,18 @@ def _idempotency_key() -> str | None:
     return key
 
 
+def _replay_after_conflict(
+    session: Session, token_id: int, key: str | None, req_hash: str
+) -> Response | None:
+    """Roll back, then the stored response of a concurrent request with the same key, if any."""
+    session.rollback()
+    if key is None:
+        return None
+    replay = _replay(session, token_id, key, req_hash)
+    session.rollback()
+    return replay
+
+
 def _replay(session: Session, token_id: int, key: str, req_hash: str) -> Response | None:
     rec = session.execute(
         select(IdempotencyRecord).where(
@@ -200,14 +212,11 @@ def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..
             try:
                 resp = make_response(func(*args, **kwargs))
             except HTTPException:
-                session.rollback()
-                if key is not None:
-                    # A concurrent request with the same key may have committed while this one
-                    # waited on a lock and then failed (e.g. "already answered"): replay it.
-                    replay = _replay(session, token_id, key, req_hash)
-                    session.rollback()
-                    if replay is not None:
-                        return replay
+                # A concurrent request with the same key may have committed while this one
+                # waited on a lock and then failed (e.g. "already answered"): replay it.
+                replay = _replay_after_conflict(session, token_id, key, req_hash)
+                if replay is not None:
+                    return replay
                 raise
             except BaseException:
                 session.rollback()
@@ -232,12 +241,9 @@ def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..
             except IntegrityError:
                 # Lost a race with a concurrent request: same idempotency key, or a unique
                 # constraint such as one response per item.
-                session.rollback()
-                if key is not None:
-                    replay = _replay(session, token_id, key, req_hash)
-                    session.rollback()
-                    if replay is not None:
-                        return replay
+                replay = _replay_after_conflict(session, token_id, key, req_hash)
+                if replay is not None:
+                    return replay
                 error(409, "a concurrent request changed the same data first; reload and retry")
             return resp
 
