@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ class Job:
     name: str
     expected: str  # "PASS", a failing verdict, or "REFERENCE"
     source: str
+    world_size: int = 1
     submission_id: int | None = None
     status: str = "new"
     verdict: str | None = None
@@ -128,10 +130,10 @@ def collect(
             bad = [s for s in sols if s.expected.value != "PASS"][:1]
             sols = good + bad
         for sol in sols:
-            jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text()))
+            jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text(), ex.world_size))
         if ex.reference.is_file():
             for i in range(reference_runs):
-                refs.append(Job(eid, f"reference#{i + 1}", "REFERENCE", REFERENCE))
+                refs.append(Job(eid, f"reference#{i + 1}", "REFERENCE", REFERENCE, ex.world_size))
     return jobs, refs, skipped
 
 
@@ -147,7 +149,9 @@ def submit_all(api: Api, jobs: list[Job]) -> None:
         job.submission_id = body["id"]
 
 
-def poll(api: Api, jobs: list[Job], deadline: float) -> None:
+def poll(
+    api: Api, jobs: list[Job], deadline: float, on_done: Callable[[Job], None] | None = None
+) -> None:
     pending = [j for j in jobs if j.submission_id is not None]
     last_report = 0.0
     while pending and time.monotonic() < deadline:
@@ -171,11 +175,20 @@ def poll(api: Api, jobs: list[Job], deadline: float) -> None:
                 if job.speedup is None:
                     job.speedup = kg.get("speedup")
                 job.extra = {"attempts": body["attempts"], "isolation": kg.get("isolation")}
+                if on_done is not None:
+                    on_done(job)
         if time.monotonic() - last_report > 30:
             last_report = time.monotonic()
             print(f"[poll] {len(jobs) - len(pending)}/{len(jobs)} done", flush=True)
     for job in pending:
         job.status = "timeout (still " + job.status + ")"
+
+
+def write_json(path: Path, jobs: list[Job], skipped: list[str]) -> None:
+    rows = [{k: v for k, v in vars(j).items() if k != "source"} for j in jobs]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=1))
+    tmp.replace(path)
 
 
 def table(jobs: list[Job]) -> str:
@@ -227,10 +240,28 @@ def main(argv: list[str] | None = None) -> int:
         f"runs; skipped: {', '.join(skipped) or 'none'}",
         flush=True,
     )
-    # All at once: the one worker takes them in order (solutions, then the reference runs back
-    # to back, so their spread is the harness's own run-to-run noise).
-    submit_all(api, jobs + refs)
-    poll(api, jobs + refs, t0 + args.deadline)
+    everything = jobs + refs
+
+    def done(job: Job) -> None:
+        # A line per grading as it ends, and the JSON so far: a run cut short still reports.
+        sp = f"{job.speedup:.4f}" if job.speedup is not None else "-"
+        print(
+            f"[done {time.monotonic() - t0:5.0f} s] {job.exercise} {job.name}: "
+            f"{job.verdict} speedup {sp} in {job.seconds} s",
+            flush=True,
+        )
+        if args.json:
+            write_json(args.json, everything, skipped)
+
+    # Phases by GPU count: the one-GPU exercises first (one worker per GPU takes them, in
+    # order: solutions, then the reference runs back to back, so their spread is the harness's
+    # own run-to-run noise), then those needing several GPUs, which the multi-GPU worker takes
+    # once every GPU is idle again (its health gate refuses GPUs with foreign processes).
+    for world in sorted({j.world_size for j in everything}):
+        phase = [j for j in everything if j.world_size == world]
+        print(f"== phase: {len(phase)} gradings needing {world} GPU(s)", flush=True)
+        submit_all(api, phase)
+        poll(api, phase, t0 + args.deadline, done)
     print(table(jobs), flush=True)
     print(table(refs), flush=True)
 
@@ -256,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     for s_ in skipped:
         print(f"  SKIPPED {s_}")
     if args.json:
-        rows = [{k: v for k, v in vars(j).items() if k != "source"} for j in jobs + refs]
-        args.json.write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=1))
+        write_json(args.json, everything, skipped)
     return 0 if not bad and not ref_bad else 1
 
 

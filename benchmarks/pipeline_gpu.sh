@@ -8,8 +8,10 @@
 #   `DEB=1 ../shared/tools/device-wheels.sh`) and .deb (redis-server, its libraries, bubblewrap).
 # Usage: benchmarks/pipeline_gpu.sh [pipeline_gpu.py options, e.g. --exercise attention-merge
 #   --solutions one --reference-runs 5 --deadline 480]. Logs and pipeline.json go to $OUT.
-# One GPU: worker on queue `gpu`, two-rank exercises are skipped (reported). Two or more GPUs:
-# one worker process holding GPUs 0,1 consumes `gpu` and `gpu-x2`, still one job at a time.
+# One GPU: one worker on queue `gpu`; two-rank exercises are skipped (reported). Two or more
+# GPUs: as deployed, one worker process per GPU on `gpu` (each job alone on its GPU, each worker
+# with its own baseline of our reference), and one holding GPUs 0,1 on `gpu-x2`, which the
+# driver feeds only once the one-GPU phase is over.
 # Local rehearsal on CPU: PIPELINE_DEVICE=cpu SKIP_WHEELS=1 PY=.venv/bin/python benchmarks/pipeline_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,16 +40,18 @@ export DATABASE_URL="sqlite:///$WORK/var/kgrade.sqlite3"
 export KGRADE_VAR_DIR="$WORK/var"
 export KGRADE_GRADE_DEVICE=$DEVICE
 export KGRADE_IMPORT_BANK=0
-# The baseline (our reference, timed by the same harness) is measured once per worker and kept.
-export KGRADE_REF_CACHE=${KGRADE_REF_CACHE:-$WORK/ref-cache.json}
+# The baseline (our reference, timed by the same harness) is measured once per worker and kept
+# in a file per worker and GPU set under $KGRADE_VAR_DIR/ref-cache (workers.tasks.job_env).
+unset KGRADE_REF_CACHE
 # Compiled Triton kernels of our reference, kept between reference runs (never seen by students).
 export KGRADE_REF_TRITON_CACHE=${KGRADE_REF_TRITON_CACHE:-$WORK/ref-triton}
 
+# Workers as "queues:GPU list" (empty list on CPU).
 if [ "$DEVICE" = cuda ]; then
   GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-  if [ "$GPUS" -ge 2 ]; then QUEUES=gpu,gpu-x2; export KGRADE_GPUS=0,1; else QUEUES=gpu; export KGRADE_GPUS=0; fi
+  if [ "$GPUS" -ge 2 ]; then WORKERS=("gpu:0" "gpu:1" "gpu-x2:0,1"); else WORKERS=("gpu:0"); fi
 else
-  GPUS=2; QUEUES=cpu  # CPU rehearsal: two-rank exercises run as two gloo processes
+  GPUS=2; WORKERS=("cpu:")  # CPU rehearsal: two-rank exercises run as two gloo processes
 fi
 
 pids=()
@@ -78,17 +82,21 @@ TOKEN=$(kgrade token create --role instructor --name pipeline 2>/dev/null | tail
 "$PY" -m gunicorn --bind "127.0.0.1:$API_PORT" --workers 2 --threads 2 --timeout 60 \
   'service:create_app()' >"$WORK/api.log" 2>&1 &
 pids+=($!)
-# One Celery process for the GPU(s); it never touches CUDA itself (each job is a fresh process).
-"$PY" -m celery -A workers.celery_app worker -Q "$QUEUES" -c 1 --pool prefork \
-  --prefetch-multiplier 1 -n "pipeline@%h" --without-mingle --without-gossip -l info \
-  >"$WORK/worker.log" 2>&1 &
-pids+=($!)
-echo "== redis on $REDIS_PORT, API on $API_PORT, worker on $QUEUES (GPUs: ${KGRADE_GPUS:-none}); setup $(( $(date +%s) - t_start )) s"
+# Celery processes never touch CUDA themselves (each job is a fresh process tree).
+n=0
+for w in "${WORKERS[@]}"; do
+  q=${w%%:*}; g=${w#*:}; n=$((n + 1))
+  KGRADE_GPUS=$g "$PY" -m celery -A workers.celery_app worker -Q "$q" -c 1 --pool prefork \
+    --prefetch-multiplier 1 -n "pipeline$n@%h" --without-mingle --without-gossip -l info \
+    >"$WORK/worker$n.log" 2>&1 &
+  pids+=($!)
+done
+echo "== redis on $REDIS_PORT, API on $API_PORT, workers ${WORKERS[*]}; setup $(( $(date +%s) - t_start )) s"
 
 set +e
 "$PY" benchmarks/pipeline_gpu.py --api "http://127.0.0.1:$API_PORT" --token "$TOKEN" \
   --gpus "$GPUS" --json "$OUT/pipeline.json" "$@"
 rc=$?
 set -e
-echo "== worker log (tail)"; grep -E "succeeded|failed|ERROR|WARNING" "$WORK/worker.log" | tail -n 15 | cut -c1-300
+echo "== worker logs (tail)"; grep -E "succeeded|failed|ERROR|WARNING" "$WORK"/worker*.log | tail -n 15 | cut -c1-300
 exit $rc

@@ -41,6 +41,38 @@ MAX_MSG = 1 << 20
 # (and optionally persisted) in its own trusted sandboxed process through this same harness.
 _REF_CACHE: dict[str, float] = {}
 
+
+#: Communication settings the operator's environment imposes on every GPU program, kept in the
+#: otherwise clean job environment: e.g. NVLink multicast off on hosts whose GPUs are shared
+#: (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
+OPERATOR_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+
+
+def operator_comm_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(OPERATOR_ENV_PREFIXES)}
+
+
+def job_gpus(world: int) -> tuple[list[int], dict[str, str]]:
+    """The GPUs one job may use, as nvidia-smi indices, and the CUDA environment showing only them.
+
+    ``KGRADE_GPUS`` lists the worker's GPUs (one worker per GPU, so jobs on neighbouring GPUs
+    never share one); without it, ``CUDA_VISIBLE_DEVICES`` when it is a list of indices, else
+    the first ``world`` GPUs. PCI bus order makes CUDA's numbering that of nvidia-smi and of the
+    /dev/nvidiaN nodes the sandbox exposes; inside the job the GPUs are then 0..world-1.
+    """
+    want = max(1, world)
+    spec = os.environ.get("KGRADE_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
+    try:
+        listed = [int(g) for g in spec.split(",") if g.strip()]
+    except ValueError:  # GPU UUIDs or MIG names: keep CUDA's own view
+        listed = []
+    gpus = listed[:want] if listed else list(range(want))
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    if spec and not listed:
+        env["CUDA_VISIBLE_DEVICES"] = spec
+    return gpus, env
+
+
 #: ``progress(phase, done, total)``: phases ``import`` (0/1, 1/1), ``tests`` (cases finished of
 #: all cases), ``benchmark`` (shapes timed of all shapes) and ``done`` (1/1), in that order, with
 #: ``done`` never decreasing within a phase. Only fixed phase names and counts: nothing the
@@ -247,8 +279,12 @@ class Job:
             os.chown(self.root / "work" / "tmp", uid, uid)
 
     def checker_env(self) -> dict[str, str]:
-        keep = ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_VISIBLE_DEVICES", "HOME")
+        keep = ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_HOME", "HOME")
         env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update(operator_comm_env())
+        if self.device == "cuda":
+            # The gold runs on the job's own GPU, never on a neighbour worker's.
+            env.update(job_gpus(self.world)[1])
         pp = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(pp)
         env["OMP_NUM_THREADS"] = os.environ.get("KGRADE_CHECKER_THREADS", "2")
@@ -317,10 +353,13 @@ class Job:
         for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
             if k in os.environ:
                 env[k] = os.environ[k]
+        env.update(operator_comm_env())
+        gpus, cuda_env = job_gpus(self.world)
+        if self.device == "cuda":
+            env.update(cuda_env)
         ro = [self.root / "harness", self.root / "sub", self.root / "io"]
         if self.trusted:
             ro.append(REPO / "kernels")
-        gpus = [int(g) for g in os.environ.get("KGRADE_GPUS", "0").split(",")][: max(1, self.world)]
         spec = SandboxSpec(
             cwd=self.root / "work",
             rw_paths=rw,
@@ -404,7 +443,7 @@ def _versions() -> dict[str, Any]:
     return v
 
 
-def _hardware(device: str) -> dict[str, Any]:
+def _hardware(device: str, world: int = 1) -> dict[str, Any]:
     hw: dict[str, Any] = {
         "host_cpu": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
@@ -416,6 +455,8 @@ def _hardware(device: str) -> dict[str, Any]:
                 subprocess.run(
                     [
                         "nvidia-smi",
+                        "-i",
+                        ",".join(map(str, job_gpus(world)[0])),  # the job's GPUs only
                         "--query-gpu=name,driver_version,memory.total,"
                         "clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active",
                         "--format=csv,noheader",
@@ -481,7 +522,7 @@ def grade(
         run_id=run_id,
         harness_hash=harness_hash(),
         versions=_versions(),
-        hardware=_hardware(device),
+        hardware=_hardware(device, world),
     )
     tests: list[TestResult] = []
     plan: dict[str, Any] = {}
@@ -777,7 +818,9 @@ def _ref_key(ex: Exercise, shape: dict[str, Any], res: GradeResult) -> str:
             ex.id,
             shape["name"],
             shape["params"],
-            res.hardware.get("gpus", [])[:1],
+            # the board's identity (name, driver, memory), not its clocks or temperature,
+            # which change from job to job and would make every baseline a cache miss
+            [",".join(g.split(",")[:3]) for g in res.hardware.get("gpus", [])[:1]],
             res.versions.get("torch"),
             res.versions.get("triton"),
             res.harness_hash,
