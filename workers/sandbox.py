@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import shutil
 import signal
@@ -54,6 +55,21 @@ class SandboxSpec:
     gpu_indices: list[int] = field(default_factory=list)
     limits: Limits = field(default_factory=Limits)
     isolation: str | None = None  # force "bwrap" | "unshare" | "rlimits"
+
+
+#: How a bubblewrap sandbox shows the job its GPUs: "local" (default) binds only the job's
+#: /dev/nvidiaN nodes and numbers them from 0; "physical" binds the same nodes but keeps the
+#: host's numbering in CUDA_VISIBLE_DEVICES (for drivers that enumerate nodes they cannot open);
+#: "all" binds every GPU node and relies on CUDA_VISIBLE_DEVICES alone.
+GPU_VIEW_ENV = "KGRADE_SANDBOX_GPU_VIEW"
+GPU_VIEWS = ("local", "physical", "all")
+
+
+def gpu_view() -> str:
+    mode = os.environ.get(GPU_VIEW_ENV, "local")
+    if mode not in GPU_VIEWS:
+        raise ValueError(f"{GPU_VIEW_ENV}={mode!r}: expected one of {', '.join(GPU_VIEWS)}")
+    return mode
 
 
 def _which(name: str) -> str | None:
@@ -211,16 +227,24 @@ def build_argv(spec: SandboxSpec, argv: list[str]) -> tuple[list[str], str]:
         for p in spec.rw_paths:
             b += [*parents(p), "--bind", str(p), str(p)]
         b += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]
+        env = dict(spec.env)
         if spec.device == "cuda":
+            mode = gpu_view()
             nodes = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
-            nodes += [f"/dev/nvidia{i}" for i in spec.gpu_indices]
+            if mode == "all":
+                nodes += sorted(glob.glob("/dev/nvidia[0-9]*"))
+            else:
+                nodes += [f"/dev/nvidia{i}" for i in spec.gpu_indices]
+            if mode == "local" and spec.gpu_indices:
+                # CUDA enumerates only the devices it can open, so the job's GPUs are 0..n-1 here
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(len(spec.gpu_indices))))
             if os.path.isdir("/dev/nvidia-caps"):
                 nodes.append("/dev/nvidia-caps")
             for n in nodes:
                 if os.path.exists(n):
                     b += ["--dev-bind", n, n]
         b += ["--chdir", str(spec.cwd), "--clearenv"]
-        for k, v in spec.env.items():
+        for k, v in env.items():
             b += ["--setenv", k, v]
         drop = _drop_prefix()
         if drop:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workers.exercises import load_exercise
@@ -77,3 +79,36 @@ def test_operator_comm_settings_reach_the_clean_job_env(monkeypatch: pytest.Monk
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["NVSHMEM_DISABLE_NVLS"] == "1"
     assert "AWS_SECRET_ACCESS_KEY" not in env
+
+
+def _setenv_pairs(argv: list[str]) -> dict[str, str]:
+    return {argv[i + 1]: argv[i + 2] for i, a in enumerate(argv) if a == "--setenv"}
+
+
+@pytest.mark.parametrize(("view", "visible"), [("local", "0"), ("physical", "1"), ("all", "1")])
+def test_bwrap_gpu_view(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, view: str, visible: str
+) -> None:
+    from workers.sandbox import GPU_VIEW_ENV, SandboxSpec, build_argv
+
+    monkeypatch.setenv(GPU_VIEW_ENV, view)
+    spec = SandboxSpec(
+        cwd=tmp_path,
+        rw_paths=[tmp_path],
+        env={"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+        device="cuda",
+        gpu_indices=[1],
+        isolation="bwrap",
+    )
+    argv, iso = build_argv(spec, ["python3", "-c", "pass"])
+    assert iso == "bwrap"
+    # the second worker's job: GPU 1 is its only GPU, numbered as the view says
+    assert _setenv_pairs(argv)["CUDA_VISIBLE_DEVICES"] == visible
+
+
+def test_bad_gpu_view_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.sandbox import GPU_VIEW_ENV, gpu_view
+
+    monkeypatch.setenv(GPU_VIEW_ENV, "everything")
+    with pytest.raises(ValueError, match=GPU_VIEW_ENV):
+        gpu_view()
