@@ -67,6 +67,8 @@ class Exercise:
     forbidden_imports: tuple[str, ...] = DEFAULT_FORBIDDEN
     forbidden_calls: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
+    # CPU rehearsal shapes: tiny, wall-clock timed, only to exercise the benchmark loop in CI
+    rehearsal: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def readme(self) -> str:
@@ -136,6 +138,7 @@ def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
             public_cases=list(spec.get("public_cases") or []),
             hidden=dict(spec["hidden"]),
             benchmark=list(spec.get("benchmark") or []),
+            rehearsal=list(spec.get("rehearsal_benchmark") or []),
             tolerance=dict(spec["tolerance"]),
             limits=limits,
             scoring={

@@ -9,6 +9,7 @@ expects, never unpickled. Verdicts for one call are decided in a fixed order: ou
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -73,9 +74,14 @@ class Checker:
             self.cases += self._twins()
         self.out_hash: dict[int, str] = {}
         self.calls: dict[int, Call] = {}
-        self.bench: list[BenchShape] = (
-            self.prob.bench_calls(self.ex) if self.device == "cuda" else []
-        )
+        self.bench: list[BenchShape] = []
+        if self.device == "cuda":
+            self.bench = self.prob.bench_calls(self.ex)
+        elif cmd.get("rehearsal"):
+            # CPU rehearsal (CI): the same benchmark loop over the spec's tiny shapes
+            self.bench = self.prob.bench_calls(
+                dataclasses.replace(self.ex, benchmark=self.ex.rehearsal)
+            )
         self.gold_device = "cuda" if self.device == "cuda" and torch.cuda.is_available() else "cpu"
 
     def _twins(self) -> list[CaseDef]:

@@ -364,15 +364,21 @@ class Rank:
         if ev and err is None:
             res["ev_stream_ms"] = ev[0].elapsed_time(ev[1])
             res["ev_sync_ms"] = ev[0].elapsed_time(ev[2])
+        elif err is None and msg.get("timed"):  # CPU rehearsal: the wall clock is the timer
+            res["ev_stream_ms"] = res["ev_sync_ms"] = res["wall_ms"]
         res["tamper"] = self.tamper_check()
         if err is not None:
             res["error"] = err
             return res
         res["outputs"] = self.describe(ret, msg)
-        res["inputs"] = {n: self.describe_input(t) for n, t in x.items()}
+        # Timed calls defer the input digests to the snapshot step, which only the parent's
+        # (secret, after-the-call) probe decision asks for: copying and hashing every input of
+        # every timed call on the host cost more than the timing itself.
+        deferred = bool(msg.get("defer_snapshot"))
+        res["inputs"] = {n: self.describe_input(t, digest=not deferred) for n, t in x.items()}
         self.keep = [x, ret]  # alive until the next call: the next inputs get new addresses
-        self.last = (ret, msg)
-        if not msg.get("defer_snapshot"):
+        self.last = (ret, msg, x)
+        if not deferred:
             self.snapshot(ret, msg)
         return res
 
@@ -430,13 +436,13 @@ class Rank:
         _ = torch
         return outs
 
-    def describe_input(self, t: Any) -> dict[str, Any]:
+    def describe_input(self, t: Any, digest: bool = True) -> dict[str, Any]:
         st = self._untyped(t)
-        snap = self._cpu(self._detach(t))
-        return {
-            "storage": [st.data_ptr(), st.nbytes()],
-            "sha256": hashlib.sha256(raw_bytes(snap)).hexdigest(),
-        }
+        d: dict[str, Any] = {"storage": [st.data_ptr(), st.nbytes()]}
+        if digest:
+            snap = self._cpu(self._detach(t))
+            d["sha256"] = hashlib.sha256(raw_bytes(snap)).hexdigest()
+        return d
 
     def snapshot(self, ret: Any, msg: dict[str, Any]) -> None:
         """Copy outputs into harness-owned buffers through unbound methods, then write them."""
@@ -489,9 +495,12 @@ class Rank:
             elif t == "call":
                 self.send(self.call(msg))
             elif t == "snapshot":
+                rep: dict[str, Any] = {"t": "snapped", "id": msg["id"]}
                 if msg.get("write") and getattr(self, "last", None):
-                    self.snapshot(*self.last)
-                self.send({"t": "snapped", "id": msg["id"]})
+                    ret, called, x = self.last
+                    self.snapshot(ret, called)
+                    rep["inputs"] = {n: self.describe_input(v) for n, v in x.items()}
+                self.send(rep)
             elif t == "noop":
                 x = self.load_inputs(msg)
                 t0 = _perf()

@@ -11,6 +11,9 @@ MIN_ITERS = 10
 MAX_ITERS = 200
 TARGET_REL_SE = 0.005  # stop once the median's relative standard error is below 0.5 %
 SHAPE_BUDGET_S = 3.0  # GPU seconds of timed calls per shape
+# Wall seconds per shape: for a tiny kernel the per-call harness work (fresh inputs, poisoning,
+# L2 flush, IPC, probes) dwarfs the kernel, and the GPU budget alone would never end the loop.
+SHAPE_WALL_BUDGET_S = 20.0
 WARMUP_CALLS = 3
 WARMUP_MIN_S = 0.05
 SIDE_STREAM_RATIO = 0.5  # e_stream < 0.5 * e_sync ...
@@ -50,13 +53,14 @@ def stats(samples: list[float]) -> Stats:
     )
 
 
-def should_stop(samples: list[float], spent_s: float) -> bool:
+def should_stop(samples: list[float], spent_s: float, wall_s: float = 0.0) -> bool:
+    """Enough timed calls for one shape: ``spent_s`` GPU seconds and ``wall_s`` wall seconds."""
     n = len(samples)
     if n >= MAX_ITERS:
         return True
     if n < MIN_ITERS:
         return False
-    if spent_s >= SHAPE_BUDGET_S:
+    if spent_s >= SHAPE_BUDGET_S or wall_s >= SHAPE_WALL_BUDGET_S:
         return True
     # cheap test first (mean SE), bootstrap only when it might be done
     mean = statistics.fmean(samples)

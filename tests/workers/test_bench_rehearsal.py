@@ -1,0 +1,94 @@
+"""The benchmark loop, run for real on CPU (``KGRADE_BENCH_REHEARSAL=1``, tiny shapes).
+
+CI has no GPU, yet the timing path (fresh inputs per call, secret probes, deferred input
+digests, several ranks, the trusted baseline) is where a grader breaks in ways that tests of
+correctness never see. Rehearsal runs the same loop with wall-clock times.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.exercises import load_exercise
+from workers.harness import grade
+from workers.harness.parent import REHEARSAL_ENV
+from workers.harness.timing import MIN_ITERS
+from workers.verdicts import Verdict
+
+# Correct in every checked test, then wrong or mutating once the timed calls begin: only the
+# benchmark's secret probes can catch these.
+LATE_WRONG = """
+import torch
+_calls = [0]
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    _calls[0] += 1
+    lse = torch.logaddexp(lse_a, lse_b)
+    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    wa = torch.exp(lse_a - safe).transpose(1, 2).unsqueeze(-1)
+    wb = torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
+    out = (out_a.float() * wa + out_b.float() * wb).to(out_a.dtype)
+    if _calls[0] > 40:
+        out = torch.zeros_like(out)
+    return out.contiguous(), lse.contiguous()
+"""
+
+LATE_MUTATION = """
+import torch
+_calls = [0]
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    _calls[0] += 1
+    lse = torch.logaddexp(lse_a, lse_b)
+    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    wa = torch.exp(lse_a - safe).transpose(1, 2).unsqueeze(-1)
+    wb = torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
+    out = (out_a.float() * wa + out_b.float() * wb).to(out_a.dtype)
+    if _calls[0] > 40:
+        out_b.zero_()  # scratch space "for free"
+    return out.contiguous(), lse.contiguous()
+"""
+
+
+@pytest.fixture(autouse=True)
+def _rehearsal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REHEARSAL_ENV, "1")
+
+
+def _src(exercise: str, rel: str) -> bytes:
+    return (load_exercise(exercise).path / rel).read_bytes()
+
+
+def test_correct_solution_is_timed_against_the_baseline() -> None:
+    r = grade(
+        "attention-merge",
+        _src("attention-merge", "solutions/correct/stable_fp32.py"),
+        device="cpu",
+        reference_timing=True,
+    )
+    assert r.verdict is Verdict.PASS, r.output
+    assert r.details.get("rehearsal") is True
+    (t,) = r.timings
+    assert t.n >= MIN_ITERS and t.median_ms > 0
+    assert t.ref_median_ms is not None and t.ref_median_ms > 0
+    assert r.speedup is not None and r.speedup > 0
+    assert len(r.details["raw_samples_ms"][t.name]) == t.n
+
+
+def test_two_rank_reference_is_timed_on_every_rank() -> None:
+    ex = load_exercise("ring-attention")
+    r = grade("ring-attention", ex.reference.read_bytes(), device="cpu", trusted=True)
+    assert r.verdict is Verdict.PASS, r.output
+    (t,) = r.timings
+    assert t.n >= MIN_ITERS and t.median_ms > 0
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict"),
+    [(LATE_WRONG, Verdict.WRONG_ANSWER), (LATE_MUTATION, Verdict.INPUT_MUTATED)],
+    ids=["wrong-only-when-timed", "mutates-inputs-only-when-timed"],
+)
+def test_timed_calls_are_probed(source: str, verdict: Verdict) -> None:
+    r = grade("attention-merge", source.encode(), device="cpu")
+    assert r.verdict is verdict, r.output
+    assert "benchmark" in r.output
