@@ -174,7 +174,21 @@ def poll(
                 job.seconds = kg.get("elapsed_s")
                 if job.speedup is None:
                     job.speedup = kg.get("speedup")
-                job.extra = {"attempts": body["attempts"], "isolation": kg.get("isolation")}
+                job.extra = {
+                    "attempts": body["attempts"],
+                    "isolation": kg.get("isolation"),
+                    # per shape: n, median, reference median, speedup; and the raw samples,
+                    # to study run-to-run spread afterwards
+                    "timings": [
+                        {
+                            k: t.get(k)
+                            for k in ("name", "n", "median_ms", "ref_median_ms", "speedup")
+                        }
+                        for t in kg.get("timings") or []
+                    ],
+                    "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
+                    "gpus": (kg.get("hardware") or {}).get("gpus"),
+                }
                 if on_done is not None:
                     on_done(job)
         if time.monotonic() - last_report > 30:
@@ -259,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     # once every GPU is idle again (its health gate refuses GPUs with foreign processes).
     for world in sorted({j.world_size for j in everything}):
         phase = [j for j in everything if j.world_size == world]
+        if time.monotonic() > t0 + args.deadline:
+            # Never queue work behind unfinished gradings: the multi-GPU worker's health gate
+            # would find their processes on its GPUs.
+            for j in phase:
+                j.status = "not submitted (deadline)"
+            continue
         print(f"== phase: {len(phase)} gradings needing {world} GPU(s)", flush=True)
         submit_all(api, phase)
         poll(api, phase, t0 + args.deadline, done)

@@ -24,7 +24,7 @@ LOWPREC = {
 HONEST = {
     "attention-merge": ["stable_fp32", "sigmoid_form"],
     "block-attention": ["blockwise_torch", "dense_fp32"],
-    "nsa-attention": ["masked_torch"],
+    "nsa-attention": ["masked_torch", "fp16_compressed"],
 }
 
 

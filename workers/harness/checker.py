@@ -158,6 +158,7 @@ class Checker:
         r: int,
         tag: str,
         inputs: dict[str, torch.Tensor],
+        key: int | None = None,
     ) -> tuple[Check, dict[str, torch.Tensor]]:
         """Contract checks on the runner's description, then parse the snapshot files."""
         got = {d.get("name"): d for d in res.get("outputs", [])}
@@ -209,8 +210,12 @@ class Checker:
                 return fail(Verdict.INTEGRITY_VIOLATION, f"no snapshot of output {o.name!r}"), outs
             outs[o.name] = RFMT.from_raw(path.read_bytes(), want_dt, list(o.shape))
         for iname, t in inputs.items():
-            want = hashlib.sha256(RFMT.raw_bytes(t.cpu())).hexdigest()
-            if in_meta.get(iname, {}).get("sha256") != want:
+            if key is not None:  # timed calls: the keyed device digest
+                same = in_meta.get(iname, {}).get("digest") == RFMT.input_digest(t, key)
+            else:
+                want = hashlib.sha256(RFMT.raw_bytes(t.cpu())).hexdigest()
+                same = in_meta.get(iname, {}).get("sha256") == want
+            if not same:
                 return fail(Verdict.INPUT_MUTATED, f"input {iname!r} was modified"), outs
         ops = res.get("ops") or {}
         bad = [] if self.trusted else sorted(k for k in ops if any(f in k for f in FORBIDDEN_OPS))
@@ -249,14 +254,16 @@ class Checker:
             ):
                 p.unlink(missing_ok=True)
 
-    def bench_check(self, b: int, seed: int, res: dict[str, Any], tag: str) -> Check:
+    def bench_check(
+        self, b: int, seed: int, res: dict[str, Any], tag: str, key: int | None = None
+    ) -> Check:
         shape = self.bench[b]
         x = {
             name: RFMT.gen_tensor(spec, seed + k, self.device)
             for k, (name, spec) in enumerate(sorted(shape.gens.items()))
         }
         try:
-            chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x)
+            chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x, key)
             if not chk.ok:
                 return chk
             xs = {k: v.to(self.gold_device) for k, v in x.items()}
@@ -298,7 +305,10 @@ def main() -> None:
                     }
                 )
             elif op == "bench_check":
-                c = checker.bench_check(int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"])
+                key = int(cmd["key"]) if cmd.get("key") is not None else None
+                c = checker.bench_check(
+                    int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"], key
+                )
                 _reply(
                     {
                         "ok": True,

@@ -68,6 +68,16 @@ def should_stop(samples: list[float], spent_s: float, wall_s: float = 0.0) -> bo
     return se_mean < TARGET_REL_SE and rel_se_median(samples) < TARGET_REL_SE
 
 
+def side_stream_escape(streams_ms: list[float], syncs_ms: list[float]) -> bool:
+    """Work escaped the timed stream: the median device-synced time is well above the median
+    stream time (SIDE_STREAM_RATIO), and large enough to matter (SIDE_STREAM_MIN_MS)."""
+    if not streams_ms or not syncs_ms:
+        return False
+    t_sync = statistics.median(syncs_ms)
+    t_stream = statistics.median(streams_ms)
+    return t_sync > SIDE_STREAM_MIN_MS and t_stream < SIDE_STREAM_RATIO * t_sync
+
+
 def clamp_speedup(t_ref: float, t_sub: float, clamp: float) -> float:
     if t_sub <= 0:
         return clamp

@@ -1,0 +1,66 @@
+"""Timing statistics of the trusted parent (grader spec §5), on made-up samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.harness import timing
+
+
+def test_one_late_end_event_is_not_a_side_stream() -> None:
+    # 40 honest calls of 0.73 ms, one whose end event landed 3 ms late (host descheduled)
+    streams = [0.73] * 41
+    syncs = [0.74] * 40 + [4.11]
+    assert not timing.side_stream_escape(streams, syncs)
+
+
+def test_work_kept_off_the_timed_stream_is_caught() -> None:
+    # the timed stream only launches; the real work runs on a side stream every call
+    streams = [0.02] * 30
+    syncs = [1.5] * 30
+    assert timing.side_stream_escape(streams, syncs)
+
+
+def test_tiny_kernels_are_not_judged() -> None:
+    assert not timing.side_stream_escape([0.001] * 20, [0.04] * 20)
+
+
+def test_wall_budget_ends_a_shape() -> None:
+    noisy = [1.0, 2.0] * (timing.MIN_ITERS // 2 + 1)
+    assert not timing.should_stop(noisy, spent_s=0.01, wall_s=1.0)
+    assert timing.should_stop(noisy, spent_s=0.01, wall_s=timing.SHAPE_WALL_BUDGET_S)
+    assert not timing.should_stop(noisy[:3], spent_s=0.01, wall_s=1e9)  # MIN_ITERS first
+
+
+def test_keyed_input_digest() -> None:
+    import torch
+
+    from workers.harness.runner import input_digest
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 257, 5, generator=g).to(torch.bfloat16)  # odd sizes, 16-bit words
+    key = 0x5DEECE66D1234567
+    d = input_digest(x, key)
+    assert d == input_digest(x.clone(), key)  # a fresh copy of the same bytes
+    assert d != input_digest(x, key ^ 1 << 40)  # the key matters
+    for flat in (0, 1000, x.numel() - 1):  # any one changed element shows
+        y = x.clone().reshape(-1)
+        y[flat] = y[flat] + 1
+        assert input_digest(y.reshape(x.shape), key) != d
+    swapped = x.clone().reshape(-1)
+    swapped[[0, 1]] = swapped[[1, 0]]  # a permutation keeps every sum of values, not this one
+    if not torch.equal(swapped, x.reshape(-1)):
+        assert input_digest(swapped.reshape(x.shape), key) != d
+    f32 = torch.randn(7, 3, generator=g)
+    assert input_digest(f32, key) != input_digest(f32.to(torch.bfloat16).float(), key)
+
+
+def test_input_digest_is_the_same_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from workers.harness import runner
+
+    x = torch.randn(1001, generator=torch.Generator().manual_seed(1))
+    whole = runner.input_digest(x, 12345)
+    monkeypatch.setattr(runner, "DIGEST_CHUNK", 64)  # many chunks, a short last one
+    assert runner.input_digest(x, 12345) == whole
