@@ -129,6 +129,8 @@ def collect(
             good = [s for s in sols if s.expected.value == "PASS"][:1]
             bad = [s for s in sols if s.expected.value != "PASS"][:1]
             sols = good + bad
+        elif subset == "none":
+            sols = []
         for sol in sols:
             jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text(), ex.world_size))
         if ex.reference.is_file():
@@ -228,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exercise", action="append", help="default: all")
     ap.add_argument(
         "--solutions",
-        choices=("all", "one"),
+        choices=("all", "one", "none"),
         default="all",
-        help="every known solution, or one correct and one wrong per exercise",
+        help="every known solution, one correct and one wrong per exercise, or none (only the "
+        "reference runs: timing repeatability)",
     )
     ap.add_argument("--reference-runs", type=int, default=5)
     ap.add_argument("--gpus", type=int, default=1, help="exercises needing more are skipped")
