@@ -20,6 +20,7 @@ init takes every remaining process with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import glob
 import os
@@ -31,6 +32,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workers import seccomp
 
 KILL_GRACE_S = 5.0
 OUTPUT_KEEP = 16_000  # bytes of stdout/stderr kept for the log (spec: display <= 16 KB)
@@ -186,7 +189,9 @@ def _python_roots() -> list[Path]:
     return sorted(roots)
 
 
-def build_argv(spec: SandboxSpec, argv: list[str]) -> tuple[list[str], str]:
+def build_argv(
+    spec: SandboxSpec, argv: list[str], seccomp_fd: int | None = None
+) -> tuple[list[str], str]:
     iso = spec.isolation or detect_isolation()
     lim = spec.limits
     prl = [
@@ -244,6 +249,8 @@ def build_argv(spec: SandboxSpec, argv: list[str]) -> tuple[list[str], str]:
                 if os.path.exists(n):
                     b += ["--dev-bind", n, n]
         b += ["--chdir", str(spec.cwd), "--clearenv"]
+        if seccomp_fd is not None:
+            b += ["--seccomp", str(seccomp_fd)]  # installed last, right before the job's exec
         for k, v in env.items():
             b += ["--setenv", k, v]
         drop = _drop_prefix()
@@ -312,18 +319,28 @@ class Sandboxed:
     """A running sandboxed process tree (own session / process group)."""
 
     def __init__(self, spec: SandboxSpec, argv: list[str], pass_fds: tuple[int, ...] = ()) -> None:
-        full, self.isolation = build_argv(spec, argv)
-        self.argv = full
-        self.proc = subprocess.Popen(
-            full,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=pass_fds,
-            close_fds=True,
-            start_new_session=True,
-            cwd=str(spec.cwd),
-        )
+        iso = spec.isolation or detect_isolation()
+        # The syscall deny-list needs bubblewrap (it installs the filter after its own setup).
+        fd = seccomp.program_fd() if iso == "bwrap" else None
+        self.seccomp = fd is not None
+        try:
+            full, self.isolation = build_argv(
+                dataclasses.replace(spec, isolation=iso), argv, seccomp_fd=fd
+            )
+            self.argv = full
+            self.proc = subprocess.Popen(
+                full,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(*pass_fds, *([fd] if fd is not None else [])),
+                close_fds=True,
+                start_new_session=True,
+                cwd=str(spec.cwd),
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)
         self.flooded = False
         self.out = CappedReader(self.proc.stdout, self._flood)
         self.err = CappedReader(self.proc.stderr, self._flood)

@@ -250,6 +250,7 @@ class Job:
     root: Path = field(default_factory=Path)
     chans: list[Channel] = field(default_factory=list)
     box: Sandboxed | None = None
+    seccomp: bool = False  # the runner's syscall deny-list is installed
     checker: CheckerProc | None = None
     logs: str = ""
     progress: ProgressFn | None = None
@@ -381,6 +382,7 @@ class Job:
             for _, b in pairs:
                 b.close()
         self.isolation = self.box.isolation
+        self.seccomp = self.box.seccomp
         self.chans = [Channel(a) for a, _ in pairs]
 
     def runner_gone(self, what: str) -> Failure:
@@ -538,7 +540,7 @@ def grade(
         job.setup()
         job.checker = CheckerProc(job.checker_env())
         job.start_runner()  # starts while the checker imports torch and draws the cases
-        res.isolation = job.isolation or "none"
+        res.isolation = (job.isolation or "none") + ("+seccomp" if job.seccomp else "")
         plan = job.checker.ask(
             {
                 "op": "init",
