@@ -17,7 +17,7 @@ from workers.verdicts import Verdict
 
 # Correct in every checked test, then wrong or mutating once the timed calls begin: only the
 # benchmark's secret probes can catch these.
-LATE_WRONG = """
+LATE = """
 import torch
 _calls = [0]
 
@@ -29,25 +29,11 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     wb = torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
     out = (out_a.float() * wa + out_b.float() * wb).to(out_a.dtype)
     if _calls[0] > 40:
-        out = torch.zeros_like(out)
+        {late}
     return out.contiguous(), lse.contiguous()
 """
-
-LATE_MUTATION = """
-import torch
-_calls = [0]
-
-def merge_attention(out_a, lse_a, out_b, lse_b):
-    _calls[0] += 1
-    lse = torch.logaddexp(lse_a, lse_b)
-    safe = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    wa = torch.exp(lse_a - safe).transpose(1, 2).unsqueeze(-1)
-    wb = torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
-    out = (out_a.float() * wa + out_b.float() * wb).to(out_a.dtype)
-    if _calls[0] > 40:
-        out_b.zero_()  # scratch space "for free"
-    return out.contiguous(), lse.contiguous()
-"""
+LATE_WRONG = LATE.format(late="out = torch.zeros_like(out)")
+LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
 
 
 @pytest.fixture(autouse=True)
