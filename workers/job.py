@@ -19,8 +19,9 @@ Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (
     {"event": "result", "result": {...results.json...}}
 
 Progress phases: ``grading`` (0/null, sent before the core loads), then the core's own
-``import``, ``tests``, ``benchmark`` and ``done`` (see ``workers.harness.parent.ProgressFn``):
-fixed names and counts only. The task coalesces them before writing to the database.
+``import``, ``tests``, ``benchmark``, for a passing timed submission its confirmation run's
+``confirm-import``, ``confirm-tests``, ``confirm-benchmark``, and ``done`` (see
+``workers.harness.parent.grade_ranked``): fixed names and counts only. The task coalesces them before writing to the database.
 """
 
 from __future__ import annotations
@@ -78,7 +79,10 @@ def run(request: dict[str, Any], events: _Events) -> dict[str, Any]:
     # write, e.g. when the task is gone, so it cannot change the verdict).
     kwargs["progress"] = events.progress
     events.progress("grading", 0, None)
-    result = harness.grade(request["exercise_id"], request["source"], **kwargs)
+    # A score that would be ranked is confirmed by a second run (KGRADE_CONFIRM_RANKED=0: off).
+    ranked = os.environ.get("KGRADE_CONFIRM_RANKED", "1") != "0"
+    fn = harness.grade_ranked if ranked else harness.grade
+    result = fn(request["exercise_id"], request["source"], **kwargs)
     return result_to_dict(result)
 
 

@@ -125,7 +125,8 @@ class ProgressSchema(Schema):
         allow_none=True,
         metadata={
             "description": "queued, starting, grading, then import, tests (cases), "
-            "benchmark (shapes; GPU only), done"
+            "benchmark (shapes; GPU only), for a passing timed submission confirm-import, "
+            "confirm-tests, confirm-benchmark (a second run with new hidden cases), done"
         },
     )
     done = fields.Integer(allow_none=True, metadata={"description": "finished in this phase"})
@@ -501,7 +502,9 @@ class Leaderboard(MethodView):
         """Rank students by the speed of their best passing submission
 
         One entry per student: the highest speedup (geometric mean of t_ref/t_sub over the
-        hidden benchmark shapes) among passing submissions; ties go to the earlier one.
+        hidden benchmark shapes) among passing submissions; ties go to the earlier one. A
+        speedup counts only once a second run with new hidden cases confirmed it, at the lower
+        of the two runs' speedups.
         Students see their own name; other students' are null.
         """
         ex = _exercise_or_404(exercise_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from workers.exercises import load_exercise
-from workers.harness import grade
+from workers.harness import grade, grade_ranked
 from workers.harness.parent import REHEARSAL_ENV
 from workers.harness.timing import MIN_ITERS
 from workers.verdicts import Verdict
@@ -78,3 +78,26 @@ def test_timed_calls_are_probed(source: str, verdict: Verdict) -> None:
     r = grade("attention-merge", source.encode(), device="cpu")
     assert r.verdict is verdict, r.output
     assert "benchmark" in r.output
+
+
+def test_ranked_score_is_confirmed_by_a_second_run() -> None:
+    phases: list[str] = []
+    r = grade_ranked(
+        "attention-merge",
+        _src("attention-merge", "solutions/correct/sigmoid_form.py"),
+        device="cpu",
+        progress=lambda phase, done, total: phases.append(phase),
+    )
+    assert r.verdict is Verdict.PASS, r.output
+    conf = r.details["confirmation"]
+    assert conf["run_id"] != r.run_id and conf["speedup"] is not None
+    assert r.speedup is not None and r.speedup <= conf["speedup"]  # ranked at the lower one
+    bench = next(t for t in r.tests if t.name == "benchmark")
+    assert bench.output == f"speedup {r.speedup:.3f}x"
+    assert "confirm-benchmark" in phases and phases.count("done") == 1 and phases[-1] == "done"
+
+
+def test_reference_runs_are_not_confirmed() -> None:
+    ex = load_exercise("attention-merge")
+    r = grade_ranked("attention-merge", ex.reference.read_bytes(), device="cpu", trusted=True)
+    assert r.verdict is Verdict.PASS and "confirmation" not in r.details

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from workers.exercises import load_exercise
 from workers.harness import timing
+from workers.harness.parent import confirm
+from workers.results import GradeResult, TestResult
+from workers.verdicts import Verdict
 
 
 def test_one_late_end_event_is_not_a_side_stream() -> None:
@@ -64,3 +68,34 @@ def test_input_digest_is_the_same_in_chunks(monkeypatch: pytest.MonkeyPatch) -> 
     whole = runner.input_digest(x, 12345)
     monkeypatch.setattr(runner, "DIGEST_CHUNK", 64)  # many chunks, a short last one
     assert runner.input_digest(x, 12345) == whole
+
+
+def _result(verdict: str, speedup: float | None) -> GradeResult:
+    v = Verdict(verdict)
+    tests = [TestResult("hidden/0", 0.5, v is Verdict.PASS)]
+    if speedup is not None:
+        tests.append(TestResult("benchmark", 0.5, True, f"speedup {speedup:.3f}x", points=0.5))
+    return GradeResult(
+        exercise="attention-merge",
+        verdict=v,
+        score=1.0 if v is Verdict.PASS else 0.0,
+        tests=tests,
+        output="all tests passed",
+        speedup=speedup,
+        run_id=f"run-{verdict}-{speedup}",
+    )
+
+
+def test_failing_confirmation_is_the_verdict() -> None:
+    ex = load_exercise("attention-merge")
+    r = confirm(ex, _result("PASS", 1.2), _result("WRONG_ANSWER", None))
+    assert r.verdict.value == "WRONG_ANSWER" and r.score == 0.0
+    assert r.output.startswith("confirmation run")
+
+
+def test_confirmed_score_uses_the_lower_speedup() -> None:
+    ex = load_exercise("attention-merge")  # speed_weight 0.5, target 1.0
+    r = confirm(ex, _result("PASS", 0.9), _result("PASS", 0.6))
+    assert r.verdict.value == "PASS" and r.speedup == 0.6
+    assert r.details["confirmation"]["speedup"] == 0.6
+    assert abs(r.score - (0.5 + 0.5 * 0.6)) < 1e-12
