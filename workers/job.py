@@ -21,7 +21,8 @@ Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (
 Progress phases: ``grading`` (0/null, sent before the core loads), then the core's own
 ``import``, ``tests``, ``benchmark``, for a passing timed submission its confirmation run's
 ``confirm-import``, ``confirm-tests``, ``confirm-benchmark``, and ``done`` (see
-``workers.harness.parent.grade_ranked``): fixed names and counts only. The task coalesces them before writing to the database.
+``workers.harness.parent.grade_ranked``): fixed names and counts only. The task coalesces them
+before writing to the database.
 """
 
 from __future__ import annotations

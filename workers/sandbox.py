@@ -129,6 +129,10 @@ def _bwrap_unshare() -> list[str]:
     return ["--unshare-all"]
 
 
+# The unshare fallback's namespaces (root only), the same for its probe and for the jobs.
+_UNSHARE_ARGS = ("--net", "--pid", "--fork", "--ipc", "--uts", "--mount-proc", "--kill-child")
+
+
 @functools.lru_cache(maxsize=1)
 def detect_isolation() -> str:
     """'bwrap' where bubblewrap runs here, else 'unshare', else 'rlimits'."""
@@ -154,23 +158,7 @@ def detect_isolation() -> str:
     ):
         return "bwrap"
     unshare = _which("unshare")
-    if (
-        unshare
-        and os.geteuid() == 0
-        and _probe(
-            [
-                unshare,
-                "--net",
-                "--pid",
-                "--fork",
-                "--ipc",
-                "--uts",
-                "--mount-proc",
-                "--kill-child",
-                "true",
-            ]
-        )
-    ):
+    if unshare and os.geteuid() == 0 and _probe([unshare, *_UNSHARE_ARGS, "true"]):
         return "unshare"
     return "rlimits"
 
@@ -260,16 +248,7 @@ def build_argv(
     env_argv = ["/usr/bin/env", "-i", *[f"{k}={v}" for k, v in spec.env.items()]]
     if iso == "unshare":
         # Root-only path: namespaces first (as root), then drop privileges, then limits.
-        pre = [
-            _which("unshare") or "unshare",
-            "--net",
-            "--pid",
-            "--fork",
-            "--ipc",
-            "--uts",
-            "--mount-proc",
-            "--kill-child",
-        ]
+        pre = [_which("unshare") or "unshare", *_UNSHARE_ARGS]
         setpriv = _which("setpriv")
         drop = _drop_prefix()
         if setpriv and drop:

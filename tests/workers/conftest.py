@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 
 import pytest
+from sqlalchemy import insert
 
+from workers import store as st
 from workers.sandbox import detect_isolation, sandbox_uid
 
 
@@ -36,3 +39,26 @@ def no_leftovers(timeout: float = 15.0) -> list[str]:
         time.sleep(0.5)
         left = leftover_sandbox_procs()
     return left
+
+
+def add_queued_submission(
+    store: st.SubmissionStore, source: str, *, exercise_id: str = "demo", attempts: int = 0
+) -> int:
+    """Insert a queued CPU submission by student ``ada`` straight into the store; its id."""
+    with store.engine.begin() as conn:
+        return conn.execute(
+            insert(st.submissions_table)
+            .values(
+                exercise_id=exercise_id,
+                student="ada",
+                token_id=1,
+                source=source,
+                source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+                device="cpu",
+                queue="cpu",
+                status=st.QUEUED,
+                attempts=attempts,
+                created_at=st.utcnow(),
+            )
+            .returning(st.submissions_table.c.id)
+        ).scalar_one()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 
+from tests.workers.conftest import add_queued_submission
 from workers import store as st
 from workers import tasks
 
@@ -35,24 +35,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> st.SubmissionStore
 
 
 def _add(s: st.SubmissionStore, attempts: int = 0) -> int:
-    source = "def f():\n    pass\n"
-    with s.engine.begin() as conn:
-        return conn.execute(
-            insert(st.submissions_table)
-            .values(
-                exercise_id="demo",
-                student="ada",
-                token_id=1,
-                source=source,
-                source_sha256=hashlib.sha256(source.encode()).hexdigest(),
-                device="cpu",
-                queue="cpu",
-                status=st.QUEUED,
-                attempts=attempts,
-                created_at=st.utcnow(),
-            )
-            .returning(st.submissions_table.c.id)
-        ).scalar_one()
+    return add_queued_submission(s, "def f():\n    pass\n", attempts=attempts)
 
 
 def _count_results(s: st.SubmissionStore, sid: int) -> int:

@@ -4,7 +4,6 @@ killed mid-job (late acks + reject on worker lost: the job is redelivered, count
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -19,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert
 
+from tests.workers.conftest import add_queued_submission
 from workers import store as st
 from workers.exercises import load_exercise
 from workers.queues import worker_argv
@@ -184,23 +183,7 @@ def sqlite_store(tmp_path: Path) -> st.SubmissionStore:
 
 
 def _add_submission(s: st.SubmissionStore, source: str) -> int:
-    with s.engine.begin() as conn:
-        return conn.execute(
-            insert(st.submissions_table)
-            .values(
-                exercise_id=EXERCISE,
-                student="ada",
-                token_id=1,
-                source=source,
-                source_sha256=hashlib.sha256(source.encode()).hexdigest(),
-                device="cpu",
-                queue="cpu",
-                status=st.QUEUED,
-                attempts=0,
-                created_at=st.utcnow(),
-            )
-            .returning(st.submissions_table.c.id)
-        ).scalar_one()
+    return add_queued_submission(s, source, exercise_id=EXERCISE)
 
 
 @pytest.fixture()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
+from tests.workers.conftest import add_queued_submission
 from workers import store as st
 from workers import tasks
 from workers.exercises import load_exercise
@@ -85,23 +85,7 @@ def test_task_relays_core_progress_into_the_store(
 ) -> None:
     """The whole worker path: task -> ``python -m workers.job`` -> events pipe -> the DB."""
     source = _correct_source().decode()
-    with store.engine.begin() as conn:
-        sid = conn.execute(
-            insert(st.submissions_table)
-            .values(
-                exercise_id=EXERCISE,
-                student="ada",
-                token_id=1,
-                source=source,
-                source_sha256=hashlib.sha256(source.encode()).hexdigest(),
-                device="cpu",
-                queue="cpu",
-                status=st.QUEUED,
-                attempts=0,
-                created_at=st.utcnow(),
-            )
-            .returning(st.submissions_table.c.id)
-        ).scalar_one()
+    sid = add_queued_submission(store, source, exercise_id=EXERCISE)
     written: list[tuple[str, int, int | None]] = []
     real = st.SubmissionStore.set_progress
 

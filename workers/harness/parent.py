@@ -284,13 +284,18 @@ class Job:
         if uid is not None:
             os.chown(self.root / "work" / "tmp", uid, uid)
 
+    def device_env(self) -> dict[str, str]:
+        """What every process of the job inherits about devices: the operator's communication
+        settings and, on CUDA, only this job's GPUs."""
+        env = operator_comm_env()
+        if self.device == "cuda":
+            env.update(job_gpus(self.world)[1])
+        return env
+
     def checker_env(self) -> dict[str, str]:
         keep = ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_HOME", "HOME")
         env = {k: os.environ[k] for k in keep if k in os.environ}
-        env.update(operator_comm_env())
-        if self.device == "cuda":
-            # The gold runs on the job's own GPU, never on a neighbour worker's.
-            env.update(job_gpus(self.world)[1])
+        env.update(self.device_env())  # the gold runs on the job's own GPU, never a neighbour's
         pp = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(pp)
         env["OMP_NUM_THREADS"] = os.environ.get("KGRADE_CHECKER_THREADS", "2")
@@ -359,10 +364,7 @@ class Job:
         for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
             if k in os.environ:
                 env[k] = os.environ[k]
-        env.update(operator_comm_env())
-        gpus, cuda_env = job_gpus(self.world)
-        if self.device == "cuda":
-            env.update(cuda_env)
+        env.update(self.device_env())
         ro = [self.root / "harness", self.root / "sub", self.root / "io"]
         if self.trusted:
             ro.append(REPO / "kernels")
@@ -372,7 +374,7 @@ class Job:
             ro_paths=ro,
             env=env,
             device=self.device,
-            gpu_indices=gpus,
+            gpu_indices=job_gpus(self.world)[0],
             limits=Limits(),
             isolation=self.isolation,
         )
@@ -602,7 +604,6 @@ def _score(ex: Exercise, res: GradeResult, tests: list[TestResult]) -> None:
     for t in tests:
         t.max_points = cw / n
     if timed:
-        speed = min(1.0, res.speedup / float(sc["target"]))
         tests.append(
             TestResult(
                 "benchmark",
@@ -611,27 +612,32 @@ def _score(ex: Exercise, res: GradeResult, tests: list[TestResult]) -> None:
                 f"speedup {res.speedup:.3f}x",
                 "visible",
                 res.verdict.value,
-                points=float(sc["speed_weight"]) * speed if res.passed else 0.0,
+                points=_speed_points(ex, res.speedup) if res.passed else 0.0,
             )
         )
+    res.score = _total(res, tests)
+
+
+def _speed_points(ex: Exercise, speedup: float) -> float:
+    sc = ex.scoring
+    return float(sc["speed_weight"]) * min(1.0, speedup / float(sc["target"]))
+
+
+def _total(res: GradeResult, tests: list[TestResult]) -> float:
     # gated on correctness: any failing verdict scores 0
-    res.score = (
-        sum((t.points if t.points is not None else t.max_points) for t in tests if t.passed)
-        if res.passed
-        else 0.0
-    )
+    if not res.passed:
+        return 0.0
+    return sum((t.points if t.points is not None else t.max_points) for t in tests if t.passed)
 
 
 def _rescore(ex: Exercise, res: GradeResult, speedup: float) -> None:
     """Score ``res`` (a PASS) at another speedup: the benchmark line and the total follow."""
     res.speedup = speedup
-    sc = ex.scoring
     for t in res.tests:
         if t.name == "benchmark":
-            speed = min(1.0, speedup / float(sc["target"]))
-            t.points = float(sc["speed_weight"]) * speed
+            t.points = _speed_points(ex, speedup)
             t.output = f"speedup {speedup:.3f}x"
-    res.score = sum((t.points if t.points is not None else t.max_points) for t in res.tests)
+    res.score = _total(res, res.tests)
 
 
 def confirm(ex: Exercise, first: GradeResult, second: GradeResult) -> GradeResult:
@@ -839,11 +845,11 @@ def _timed_call(
         rep = job.checker.ask(
             {"op": "bench_check", "b": b, "seed": seed, "result": first, "tag": tag, "key": key}
         )
+        for r in range(1, job.world):  # other ranks' snapshots are not read: drop them
+            for o in shape["outputs"]:
+                (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
-    for r in range(1, job.world):  # other ranks' snapshots are not read: drop them
-        for o in shape["outputs"]:
-            (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
     return m, wall
 
 
@@ -855,12 +861,8 @@ def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
     m = dict(max(reps, key=lambda r: float(r.get("ev_sync_ms", r["wall_ms"]))))
     m["wall_ms"] = max(float(r["wall_ms"]) for r in reps)
     if all("ev_sync_ms" in r for r in reps):
-        worst = min(
-            reps, key=lambda r: float(r["ev_stream_ms"]) / max(float(r["ev_sync_ms"]), 1e-9)
-        )
-        m["ev_stream_ms"] = float(worst["ev_stream_ms"]) * (
-            float(m["ev_sync_ms"]) / max(float(worst["ev_sync_ms"]), 1e-9)
-        )
+        ratio = min(float(r["ev_stream_ms"]) / max(float(r["ev_sync_ms"]), 1e-9) for r in reps)
+        m["ev_stream_ms"] = ratio * float(m["ev_sync_ms"])
     th = [r.get("threads") or [0, 0] for r in reps]
     m["threads"] = [sum(t[0] for t in th), sum(t[1] for t in th)]  # all ranks' threads
     return m
