@@ -270,11 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_json(args.json, everything, skipped)
 
-    # Phases by GPU count: the one-GPU exercises first (one worker per GPU takes them, in
-    # order: solutions, then the reference runs back to back, so their spread is the harness's
-    # own run-to-run noise), then those needing several GPUs, which the multi-GPU worker takes
-    # once every GPU is idle again (its health gate refuses GPUs with foreign processes).
-    for world in sorted({j.world_size for j in everything}):
+    # Phases by GPU count, the widest first: the multi-GPU worker takes those while every GPU
+    # is idle (its health gate refuses GPUs with foreign processes), then one worker per GPU
+    # takes the one-GPU exercises, in order: solutions, then the reference runs back to back,
+    # so their spread is the harness's own run-to-run noise.
+    for world in sorted({j.world_size for j in everything}, reverse=True):
         phase = [j for j in everything if j.world_size == world]
         if time.monotonic() > t0 + args.deadline:
             # Never queue work behind unfinished gradings: the multi-GPU worker's health gate

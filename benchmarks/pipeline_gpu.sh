@@ -11,7 +11,7 @@
 # One GPU: one worker on queue `gpu`; two-rank exercises are skipped (reported). Two or more
 # GPUs: as deployed, one worker process per GPU on `gpu` (each job alone on its GPU, each worker
 # with its own baseline of our reference), and one holding GPUs 0,1 on `gpu-x2`, which the
-# driver feeds only once the one-GPU phase is over.
+# driver feeds first, while every GPU is idle.
 # Local rehearsal on CPU: PIPELINE_DEVICE=cpu SKIP_WHEELS=1 PY=.venv/bin/python benchmarks/pipeline_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
