@@ -23,12 +23,20 @@ def _attend(q, k, v, qpos, kpos, causal, sc):
     qf = q.float().transpose(1, 2)
     kf = k.float().transpose(1, 2).repeat_interleave(G, 1)
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
-    s = qf @ kf.transpose(-1, -2) * sc
-    if causal:
-        s = s.masked_fill(qpos.view(-1, 1) < kpos.view(1, -1), float("-inf"))
-    lse = torch.logsumexp(s, -1)
-    p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse).unsqueeze(-1))
-    return p @ vf, lse  # B,H,Tq,D fp32 ; B,H,Tq
+    B, H, n = qf.shape[:3]
+    # Query chunks keep the fp32 score tile near 1 GiB: at 32k tokens per rank the whole
+    # [B, H, n, n] tile would be 128 GiB.
+    step = max(1, (1 << 28) // max(1, B * H * kf.shape[2]))
+    outs, lses = [], []
+    for i in range(0, n, step):
+        s = qf[:, :, i : i + step] @ kf.transpose(-1, -2) * sc
+        if causal:
+            s = s.masked_fill(qpos[i : i + step].view(-1, 1) < kpos.view(1, -1), float("-inf"))
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - torch.where(torch.isneginf(lse), 0.0, lse).unsqueeze(-1))
+        outs.append(p @ vf)
+        lses.append(lse)
+    return torch.cat(outs, 2), torch.cat(lses, 2)  # B,H,Tq,D fp32 ; B,H,Tq
 
 
 def _merge(o, l, o2, l2):
