@@ -113,9 +113,18 @@ def wait_ready(api: Api, timeout_s: float) -> None:
 
 
 def collect(
-    exercises: list[str], reference_runs: int, gpus: int, subset: str
+    exercises: list[str],
+    reference_runs: int,
+    gpus: int,
+    subset: str,
+    picks: list[str] | None = None,
+    ref_exercises: list[str] | None = None,
 ) -> tuple[list[Job], list[Job], list[str]]:
-    """Solutions and reference runs to submit, and exercises skipped for lack of GPUs."""
+    """Solutions and reference runs to submit, and exercises skipped for lack of GPUs.
+
+    ``picks`` ("exercise:solution" names) replaces ``subset`` by exactly those solutions;
+    ``ref_exercises`` limits the reference runs to those exercises.
+    """
     jobs: list[Job] = []
     refs: list[Job] = []
     skipped: list[str] = []
@@ -131,9 +140,11 @@ def collect(
             sols = good + bad
         elif subset == "none":
             sols = []
+        if picks is not None:
+            sols = [s for s in ex.solutions() if f"{eid}:{s.name}" in picks]
         for sol in sols:
             jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text(), ex.world_size))
-        if ex.reference.is_file():
+        if ex.reference.is_file() and (ref_exercises is None or eid in ref_exercises):
             for i in range(reference_runs):
                 refs.append(Job(eid, f"reference#{i + 1}", "REFERENCE", REFERENCE, ex.world_size))
     return jobs, refs, skipped
@@ -189,6 +200,7 @@ def poll(
                         for t in kg.get("timings") or []
                     ],
                     "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
+                    "bench_profile": (kg.get("details") or {}).get("bench_profile"),
                     "gpus": (kg.get("hardware") or {}).get("gpus"),
                 }
                 if on_done is not None:
@@ -235,7 +247,25 @@ def main(argv: list[str] | None = None) -> int:
         help="every known solution, one correct and one wrong per exercise, or none (only the "
         "reference runs: timing repeatability)",
     )
+    ap.add_argument(
+        "--solution",
+        action="append",
+        metavar="EXERCISE:SOLUTION",
+        help="grade exactly these known solutions (e.g. ring-attention:correct/p2p_ring) "
+        "instead of --solutions; repeatable",
+    )
     ap.add_argument("--reference-runs", type=int, default=5)
+    ap.add_argument(
+        "--reference-exercise",
+        action="append",
+        metavar="EXERCISE",
+        help="reference runs only for these exercises (default: every exercise graded)",
+    )
+    ap.add_argument(
+        "--narrow-first",
+        action="store_true",
+        help="the one-GPU phase before the multi-GPU one (default: widest first)",
+    )
     ap.add_argument("--gpus", type=int, default=1, help="exercises needing more are skipped")
     ap.add_argument("--tolerance", type=float, default=0.03)
     ap.add_argument(
@@ -249,9 +279,21 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     api = Api(args.api, args.token)
-    wait_ready(api, 120)
     exercises = args.exercise or list_exercises()
-    jobs, refs, skipped = collect(exercises, args.reference_runs, args.gpus, args.solutions)
+    if args.solution:
+        known = {f"{e}:{s.name}" for e in exercises for s in load_exercise(e).solutions()}
+        unknown = sorted(set(args.solution) - known)
+        if unknown:
+            ap.error(f"unknown --solution {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    wait_ready(api, 120)
+    jobs, refs, skipped = collect(
+        exercises,
+        args.reference_runs,
+        args.gpus,
+        args.solutions,
+        args.solution,
+        args.reference_exercise,
+    )
     print(
         f"exercises: {', '.join(exercises)}; {len(jobs)} solutions, {len(refs)} reference "
         f"runs; skipped: {', '.join(skipped) or 'none'}",
@@ -274,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     # is idle (its health gate refuses GPUs with foreign processes), then one worker per GPU
     # takes the one-GPU exercises, in order: solutions, then the reference runs back to back,
     # so their spread is the harness's own run-to-run noise.
-    for world in sorted({j.world_size for j in everything}, reverse=True):
+    for world in sorted({j.world_size for j in everything}, reverse=not args.narrow_first):
         phase = [j for j in everything if j.world_size == world]
         if time.monotonic() > t0 + args.deadline:
             # Never queue work behind unfinished gradings: the multi-GPU worker's health gate

@@ -59,6 +59,9 @@ def test_correct_solution_is_timed_against_the_baseline() -> None:
     assert t.ref_median_ms is not None and t.ref_median_ms > 0
     assert r.speedup is not None and r.speedup > 0
     assert len(r.details["raw_samples_ms"][t.name]) == t.n
+    prof = r.details["bench_profile"][t.name]
+    assert prof["calls"] == t.n and 1 <= prof["probes"] <= t.n
+    assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
 
 
 def test_two_rank_reference_is_timed_on_every_rank() -> None:

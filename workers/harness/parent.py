@@ -882,6 +882,7 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
         noop.append((time.perf_counter() - w0) * 1e3)
     overhead = sorted(noop)[len(noop) // 2]
     # warm-up: >= 3 calls and >= 50 ms, every one checked
+    w_warm = time.monotonic()
     spent, k = 0.0, 0
     while k < timing.WARMUP_CALLS or spent < timing.WARMUP_MIN_S * 1e3:
         m, _ = _timed_call(job, b, shape, f"b{b}w{k}", True, deadline)
@@ -895,10 +896,11 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     call_walls: list[float] = []
     threads0 = None
     gpu_s = 0.0
-    i = 0
+    i = probes = 0
     t_loop = time.monotonic()
     while not timing.should_stop(samples, gpu_s, time.monotonic() - t_loop):
         probe = secrets.randbelow(8) == 0 or i == 0
+        probes += probe
         m, wall = _timed_call(job, b, shape, f"b{b}i{i}", probe, deadline)
         t_sync, t_stream = float(m["ev_sync_ms"]), float(m["ev_stream_ms"])
         streams.append(t_stream)
@@ -952,6 +954,16 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
         "stats": st,
         "overhead_ms": overhead,
         "samples": samples,
+        # where a shape's wall time goes (harness cost per call, checked calls), for operators
+        "profile": {
+            "noop_ms": round(overhead, 3),
+            "warmup_calls": k,
+            "warmup_s": round(t_loop - w_warm, 3),
+            "calls": n,
+            "probes": probes,
+            "loop_s": round(time.monotonic() - t_loop, 3),
+            "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
+        },
         "review": st.median < timing.HUMAN_REVIEW_FACTOR * shape["floor_ms"],
     }
 
@@ -1008,6 +1020,9 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         )
         if s["review"]:
             res.details.setdefault("review", []).append(shape["name"])
+    res.details["bench_profile"] = {
+        sh["name"]: s["profile"] for sh, s in zip(plan["bench"], subs, strict=True)
+    }
     res.details["raw_samples_ms"] = {
         sh["name"]: [round(x, 5) for x in s["samples"]]
         for sh, s in zip(plan["bench"], subs, strict=True)
