@@ -64,12 +64,14 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
 def _compressed_dtype(*xs: torch.Tensor | None) -> torch.dtype:
     """Storage dtype of k̃, ṽ for the Triton path.
 
-    The reference keeps k̃, ṽ in fp32; tensor-core dots need 16-bit operands. bf16 rounding of
-    k̃ moves lse_cmp by ≈ 1e-3 (the stage-2 limit), fp16's 3 extra mantissa bits keep it near
-    2e-4, so bf16 inputs use fp16 k̃ (and cast q to fp16 in-kernel) whenever every value fits
-    fp16's range; otherwise they stay bf16. One host sync for the range check. fp16 still
-    rounds k̃ by 2^-11 relative, so |Δlse_cmp| grows with the logit size (≈ 2.5e-3 at logits
-    ≈ 30 on planted peaks); random-input stage-2 tolerances hold.
+    The reference keeps k̃, ṽ in fp32; tensor-core dots need 16-bit operands. For bf16 inputs
+    this picks fp16 whenever every value fits its range (one host sync for the check), else
+    bf16; fp16 inputs get fp16. An fp16 ṽ is plenty (p·ṽ only feeds o_cmp), an fp16 k̃ is
+    not: its 2^-11 relative rounding shifts the QK̃ logits enough to swap near-tied block
+    scores, and at T = 8k (paper config, random inputs) only ≈ 99.85% of rows then pick the
+    gold top-n set, under the 99.9% that stage 3 asks. So ``nsa_attention`` computes k̃ in
+    fp32 and hands the kernel fp16 hi + lo parts (``_split_fp16``): two fp16 dots give
+    fp32-grade logits.
     """
     q = xs[0]
     assert q is not None
@@ -79,6 +81,12 @@ def _compressed_dtype(*xs: torch.Tensor | None) -> torch.dtype:
         return q.dtype
     peak = max(float(x.abs().amax()) for x in xs if x is not None and x.numel() > 0)
     return torch.float16 if peak < 30000.0 else torch.bfloat16
+
+
+def _split_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (fp32) → fp16 (hi, lo) with hi + lo = x to ≈ 2^-22 relative (lo may be subnormal)."""
+    hi = x.half()
+    return hi, (x - hi.float()).half()
 
 
 def nsa_attention(
@@ -104,21 +112,31 @@ def nsa_attention(
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     fast = use_triton(q)
     kc_dtype = _compressed_dtype(q, k, v, k_cmp, v_cmp) if fast else torch.float32
+    # fp16 k̃ is kept only as hi + lo parts of an fp32 k̃ (see _compressed_dtype)
+    split = kc_dtype == torch.float16
     if cfg.compress == "mean":
-        kc = compress_mean_fast(k, cfg, kc_dtype)  # [B, Tc, Hkv, Dk]
+        kc = compress_mean_fast(k, cfg, torch.float32 if split else kc_dtype)  # [B,Tc,Hkv,Dk]
         vc = compress_mean_fast(v, cfg, kc_dtype)  # [B, Tc, Hkv, Dv]
     else:
         assert k_cmp is not None and v_cmp is not None
         kc, vc = k_cmp, v_cmp
-        if fast and kc.dtype != kc_dtype:
-            kc, vc = kc.to(kc_dtype), vc.to(kc_dtype)
+        if split:
+            kc = kc.float()
+        elif fast and kc.dtype != kc_dtype:
+            kc = kc.to(kc_dtype)
+        if fast and vc.dtype != kc_dtype:
+            vc = vc.to(kc_dtype)
     want = block_indices is None
 
     if fast and dims.tc > 0 and banded_scores_ok(cfg):
         compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
-        o_cmp, lse_cmp, idx = compressed_fn(q, kc, vc, cfg, dims.scale, want, _alloc)
+        kc_lo = None
+        if split:
+            kc, kc_lo = _split_fp16(kc)
+        o_cmp, lse_cmp, idx = compressed_fn(q, kc, vc, cfg, dims.scale, want, _alloc, kc_lo=kc_lo)
     else:
-        # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two
+        # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
+        # k̃ is still fp32 here
         o_cmp, lse_cmp, idx = compressed_torch(q, kc, vc, cfg, dims.scale, want)
     if idx is None:
         assert block_indices is not None

@@ -8,6 +8,8 @@ Design (spec §4.2, §7 budget "compressed attention + scores + top-n ≤ 15 ms 
 * Pass 1 computes the exact log-normaliser per row (QK̃ only). Pass 2 recomputes QK̃ with the
   final lse, so p is exact without online rescaling: it gives o_cmp = p·ṽ and, when scores
   are wanted, the ω-transformed group sums.
+* A 16-bit k̃ comes as fp16 hi + lo parts (KC, KCL; ``_qk_tile``): QK̃ then costs two dots
+  but is fp32-grade, since top-n agreement with the fp64 gold breaks on fp16 k̃ rounding.
 * ω is banded: with L = l′/d, s[j] = Σ_r wa[r]·P[jL+r] + Σ_r wb[r]·P[(j−1)L+r]. Tiles of
   compressed blocks aligned to L write both halves (SA: own block, SB: spill into the next);
   the top-n kernel adds SB shifted by one block while loading, so no tile needs a halo.
@@ -46,11 +48,41 @@ def _cmp_configs() -> list[triton.Config]:
     )
 
 
-@triton.autotune(configs=_cmp_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES"])
+@triton.jit
+def _qk_tile(
+    q,  # [BLOCK_M, BLOCK_DK], already in the dot dtype
+    kc_base,  # k̃ (hi part when KC_SPLIT) of this (batch, KV head)
+    kcl_base,  # k̃ lo part, same layout; never read unless KC_SPLIT
+    koff,  # [BLOCK_DK, BLOCK_C] element offsets of the transposed tile
+    mask,
+    DOT_F32: tl.constexpr,
+    KC_SPLIT: tl.constexpr,
+):
+    """Unscaled QK̃ logits [BLOCK_M, BLOCK_C] in fp32.
+
+    KC_SPLIT: k̃ = hi + lo with both parts fp16, so the tensor-core dots see k̃ to ≈ 2^-22
+    relative. fp16 k̃ alone (2^-11) reorders near-tied block scores often enough to fail the
+    top-n agreement at T = 8k, paper config; the second dot is the price of fp32-grade logits.
+    """
+    kt = tl.load(kc_base + koff, mask=mask, other=0.0)  # [BLOCK_DK, BLOCK_C]
+    if DOT_F32:
+        qk = mma(q, kt.to(tl.float32), DOT_F32)
+    elif KC_SPLIT:
+        kl = tl.load(kcl_base + koff, mask=mask, other=0.0)
+        qk = tl.dot(q, kl, acc=tl.dot(q, kt))
+    else:
+        qk = mma(q, kt, DOT_F32)
+    return qk
+
+
+@triton.autotune(
+    configs=_cmp_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "KC_SPLIT"]
+)
 @triton.jit
 def nsa_compressed_fwd_kernel(
     Q,  # [B, T, Hq, Dk]
-    KC,  # [B, Tc, Hkv, Dk]
+    KC,  # [B, Tc, Hkv, Dk] (the fp16 hi part when KC_SPLIT)
+    KCL,  # like KC: fp16 lo part of k̃ when KC_SPLIT, else unused
     VC,  # [B, Tc, Hkv, Dv]
     O,  # [B, T, Hq, Dv] fp32
     LSE,  # [B, T, Hq] fp32 (natural log)
@@ -88,6 +120,7 @@ def nsa_compressed_fwd_kernel(
     BLOCK_DV: tl.constexpr,
     SCORES: tl.constexpr,
     DOT_F32: tl.constexpr,
+    KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
@@ -121,6 +154,7 @@ def nsa_compressed_fwd_kernel(
     n_vis = tl.where(num >= 0, num // D_STRIDE + 1, 0)
     n_vis = tl.minimum(n_vis, TC)
     kc_base = KC + b * sk_b + g * sk_h
+    kcl_base = KCL + b * sk_b + g * sk_h
     vc_base = VC + b * sv_b + g * sv_h
 
     # ---- pass 1: exact row max and sum (base 2) ----
@@ -128,14 +162,10 @@ def nsa_compressed_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for c0 in range(0, n_vis, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
-            other=0.0,
-        )  # [BLOCK_DK, BLOCK_C]
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = mma(q, kt, DOT_F32) * qk_scale
+        koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
+        kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
+        s = qk * qk_scale
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         s = tl.where(vis, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -157,14 +187,10 @@ def nsa_compressed_fwd_kernel(
     s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
     for c0 in range(0, n_vis, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = mma(q, kt, DOT_F32) * qk_scale
+        koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
+        kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
+        s = qk * qk_scale
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         p = tl.where(vis, tl.exp2(s - lse_safe[:, None]), 0.0)  # [BLOCK_M, BLOCK_C]
         vt = tl.load(
@@ -326,12 +352,14 @@ def _cmp_block_scores(
 
 
 @triton.autotune(
-    configs=_cmp_v2_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "SCORE_DOT"]
+    configs=_cmp_v2_configs(),
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "SCORE_DOT", "KC_SPLIT"],
 )
 @triton.jit
 def nsa_compressed_fwd_kernel_v2(
     Q,  # [B, T, Hq, Dk]
-    KC,  # [B, Tc, Hkv, Dk]
+    KC,  # [B, Tc, Hkv, Dk] (the fp16 hi part when KC_SPLIT)
+    KCL,  # like KC: fp16 lo part of k̃ when KC_SPLIT, else unused
     VC,  # [B, Tc, Hkv, Dv]
     O,  # [B, T, Hq, Dv] fp32
     LSE,  # [B, T, Hq] fp32 (natural log)
@@ -370,6 +398,7 @@ def nsa_compressed_fwd_kernel_v2(
     SCORES: tl.constexpr,
     SCORE_DOT: tl.constexpr,
     DOT_F32: tl.constexpr,
+    KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
@@ -404,6 +433,7 @@ def nsa_compressed_fwd_kernel_v2(
     n_all = tl.minimum(tl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
     c_split = (n_all // BLOCK_C) * BLOCK_C
     kc_base = KC + b * sk_b + g * sk_h
+    kcl_base = KCL + b * sk_b + g * sk_h
     vc_base = VC + b * sv_b + g * sv_h
     cols = tl.arange(0, BLOCK_C)
 
@@ -412,27 +442,16 @@ def nsa_compressed_fwd_kernel_v2(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for c0 in range(0, c_split, BLOCK_C):
         c = c0 + cols
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=offs_dk[:, None] < DK,
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        qk = mma(q, kt, DOT_F32)
+        koff = c[None, :] * sk_t + offs_dk[:, None]
+        qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, KC_SPLIT)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(qk * qk_scale - m_new[:, None]), 1)
         m_i = m_new
     for c0 in range(c_split, n_vis, BLOCK_C):  # causal edge: at most two tiles
         c = c0 + cols
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        qk = mma(q, kt, DOT_F32)
+        koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
+        kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         s = tl.where(vis, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -464,14 +483,8 @@ def nsa_compressed_fwd_kernel_v2(
     s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
     for c0 in range(0, c_split, BLOCK_C):
         c = c0 + cols
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=offs_dk[:, None] < DK,
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        qk = mma(q, kt, DOT_F32)
+        koff = c[None, :] * sk_t + offs_dk[:, None]
+        qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, KC_SPLIT)
         p = tl.exp2(qk * qk_scale - lse_safe[:, None])
         vt = tl.load(
             vc_base + c[:, None] * sv_t + offs_dv[None, :],
@@ -489,14 +502,9 @@ def nsa_compressed_fwd_kernel_v2(
             )  # fmt: skip
     for c0 in range(c_split, n_vis, BLOCK_C):
         c = c0 + cols
-        kt = tl.load(
-            kc_base + c[None, :] * sk_t + offs_dk[:, None],
-            mask=(c[None, :] < n_vis) & (offs_dk[:, None] < DK),
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        qk = mma(q, kt, DOT_F32)
+        koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
+        kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         p = tl.where(vis, tl.exp2(qk * qk_scale - lse_safe[:, None]), 0.0)
         vt = tl.load(
@@ -529,13 +537,19 @@ def compressed_triton(
     scale: float,
     want_indices: bool,
     alloc: object = torch.empty,
+    *,
+    kc_lo: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Triton compressed branch (v1). Same contract as ``torch_path.compressed_torch``.
 
     Requires l′/d to be a power of two (the banded ω reshape); callers check
     ``banded_scores_ok`` and fall back to the PyTorch path otherwise.
+
+    kc_lo: with kc the fp16 rounding of an fp32 k̃, its fp16 remainder (k̃ − kc); the QK̃
+    logits then take two fp16 dots and match fp32 ones to ≈ 2^-22 relative, which the top-n
+    needs (see ``attention._compressed_dtype``). vc stays 16-bit: p·ṽ only feeds o_cmp.
     """
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v1")
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v1", kc_lo)
 
 
 def compressed_triton_v2(
@@ -546,9 +560,11 @@ def compressed_triton_v2(
     scale: float,
     want_indices: bool,
     alloc: object = torch.empty,
+    *,
+    kc_lo: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Variant v2: mask-free interior tiles + FMA-folded scale. Same contract as v1."""
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v2")
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v2", kc_lo)
 
 
 def compressed_triton_v3(
@@ -559,10 +575,12 @@ def compressed_triton_v3(
     scale: float,
     want_indices: bool,
     alloc: object = torch.empty,
+    *,
+    kc_lo: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Variant v3: v2 + block scores by tensor-core dots with the banded ω (falls back to
     v2's reshape sums when l′/d > 4, where the score tile would be narrower than 16)."""
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v3")
+    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v3", kc_lo)
 
 
 def _compressed_launch(
@@ -574,6 +592,7 @@ def _compressed_launch(
     want_indices: bool,
     alloc: object,
     variant: str,
+    kc_lo: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -590,6 +609,10 @@ def _compressed_launch(
         sa = sb = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
     kc = kc.contiguous()
     vc = vc.contiguous()
+    split = kc_lo is not None
+    if kc_lo is not None:
+        assert kc.dtype == kc_lo.dtype == torch.float16 and kc_lo.shape == kc.shape
+        kc_lo = kc_lo.contiguous()
 
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
@@ -602,6 +625,7 @@ def _compressed_launch(
     kernel[grid](
         q,
         kc,
+        kc_lo if kc_lo is not None else kc,  # unused dummy when not split
         vc,
         o,
         lse,
@@ -638,7 +662,10 @@ def _compressed_launch(
         BLOCK_DK=pow2(dk),
         BLOCK_DV=pow2(dv),
         SCORES=want_indices,
-        DOT_F32=dot_f32(q.dtype),
+        # The split only makes sense with 16-bit dots, so it selects them (also under the
+        # interpreter, whose numpy matmul of fp16 operands is exact: CPU tests cover it).
+        DOT_F32=dot_f32(q.dtype) and not split,
+        KC_SPLIT=split,
         **extra,
     )
     if not want_indices:

@@ -8,13 +8,17 @@ tiny: the interpreter executes each program instance one by one in numpy.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 import torch
 
 import kernels.nsa.attention as nsa_attention_mod
+import kernels.nsa.compressed as compressed_mod
 from kernels.nsa import NSAConfig, nsa_attention
 from kernels.nsa.compressed import topn_triton
+from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
+from kernels.nsa.torch_path import compressed_torch
 from tests.kernels.test_nsa_utils import (
     MID,
     SMALL,
@@ -181,3 +185,117 @@ def test_triton_variant_v3_given_indices_with_holes(use_variants) -> None:  # no
     out, aux = nsa_attention(q, k, v, g, cfg, block_indices=idx, return_aux=True)
     ref_out, ref_aux = reference(q, k, v, g, cfg, block_indices=idx)
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
+
+
+# ---- k̃ as fp16 hi + lo parts (what the GPU path runs for bf16 inputs) ----
+
+
+def _compressed_fp64(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, cfg: NSAConfig, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp64 compressed branch: o [B,T,Hq,Dv], lse [B,T,Hq], block scores [B,Hkv,T,Ts]."""
+    b, t, hq, _ = q.shape
+    tc, hkv = kc.shape[1], kc.shape[2]
+    qd = q.double().reshape(b, t, hkv, hq // hkv, -1)
+    logits = scale * torch.einsum("bthgd,bchd->bhgtc", qd, kc.double())
+    pos, ci = torch.arange(t), torch.arange(tc)
+    vis = ci[None, :] * cfg.cmp_stride + cfg.cmp_block - 1 <= pos[:, None]  # [T, Tc]
+    logits = logits.masked_fill(~vis, float("-inf"))
+    lse = torch.logsumexp(logits, -1)  # [B, Hkv, G, T]
+    p = torch.exp(logits - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
+    o = torch.einsum("bhgtc,bchd->bthgd", p, vc.double()).reshape(b, t, hq, -1)
+    omega = omega_matrix(tc, num_sel_blocks(t, cfg), cfg).double()
+    scores = p.sum(2) @ omega
+    return o, lse.permute(0, 3, 1, 2).reshape(b, t, hq), scores
+
+
+def _kernel_scores(sa: torch.Tensor, sb: torch.Tensor, cfg: NSAConfig) -> torch.Tensor:
+    """Block scores from the kernel's banded halves, read the way the top-n kernel reads them
+    (unwritten entries, NaN under POISON_OUTPUTS, are masked)."""
+    t, ts = sa.shape[2], sa.shape[3]
+    ratio = cfg.sel_block // cfg.cmp_stride
+    num = torch.arange(t) + 1 - cfg.cmp_block
+    imax = torch.where(num >= 0, num // cfg.cmp_stride, -1)[:, None]
+    j = torch.arange(ts)[None, :]
+    va = j * ratio <= imax
+    vb = (j >= 1) & ((j - 1) * ratio <= imax)
+    sb_next = torch.cat([torch.zeros_like(sb[..., :1]), sb[..., :-1]], dim=-1)
+    return torch.where(va, sa, 0.0).double() + torch.where(vb, sb_next, 0.0).double()
+
+
+@pytest.mark.parametrize("variant", ["v1", "v2", "v3"])
+def test_compressed_kc_split_gives_fp32_logits(
+    monkeypatch: pytest.MonkeyPatch, variant: str
+) -> None:
+    """kc_lo wired into every QK̃ loop: an fp32 k̃ passed as fp16 hi + lo reproduces fp32
+    logits (lse and block scores ≈ 1e-6 off an fp64 reference), while hi alone (the old fp16
+    k̃) is off by ≈ 2^-12 relative in the logits, far above that."""
+    captured: dict[str, torch.Tensor] = {}
+    topn = compressed_mod.topn_triton
+
+    def spy(sa: torch.Tensor, sb: torch.Tensor, *args: object, **kw: object) -> torch.Tensor:
+        captured["scores"] = _kernel_scores(sa, sb, FINE)
+        return topn(sa, sb, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compressed_mod, "topn_triton", spy)
+    cfg, (b, t, hq, hkv, d) = FINE, (2, 160, 4, 2, 32)  # d=2: v2/v3 interior tiles run
+    gen = torch.Generator().manual_seed(17)
+    tc = num_cmp_blocks(t, cfg)
+    q = (2 * torch.randn(b, t, hq, d, generator=gen)).to(torch.bfloat16)  # exact in fp16
+    kc32 = torch.randn(b, tc, hkv, d, generator=gen)
+    vc = torch.randn(b, tc, hkv, d, generator=gen).half()
+    scale = d**-0.5
+    hi = kc32.half()
+    lo = (kc32 - hi.float()).half()
+    assert (hi.float() + lo.float() - kc32).abs().max() < 1e-6 * kc32.abs().max()
+    ref_o, ref_lse, ref_s = _compressed_fp64(q, kc32, vc, cfg, scale)
+    fn = compressed_mod.COMPRESSED_IMPLS[variant]
+    alloc = nsa_attention_mod._alloc
+    fin = torch.isfinite(ref_lse)
+
+    def errors(kc_lo: torch.Tensor | None) -> tuple[float, float, float, torch.Tensor]:
+        o, lse, idx = fn(q, hi, vc, cfg, scale, True, alloc, kc_lo=kc_lo)
+        assert idx is not None
+        assert torch.equal(torch.isfinite(lse), fin)
+        e_lse = (lse[fin].double() - ref_lse[fin]).abs().max().item()
+        e_s = (captured["scores"] - ref_s).abs().max().item() / ref_s.abs().max().item()
+        e_o = (o.double() - ref_o).abs().max().item()
+        return e_lse, e_s, e_o, idx
+
+    split_lse, split_s, split_o, idx = errors(lo)
+    hi_lse, hi_s, _, _ = errors(None)
+    assert split_lse < 5e-6 and split_s < 5e-6, (split_lse, split_s)
+    assert 20 * split_lse < hi_lse and 20 * split_s < hi_s, (split_lse, hi_lse, split_s, hi_s)
+    # the split path rounds p to fp16 for p·ṽ (hi alone runs fp32 dots here): a loose check
+    assert split_o < 2e-3, split_o
+    _, _, ref_idx = compressed_torch(q.float(), kc32, vc.float(), cfg, scale, True)
+    assert torch.equal(idx, ref_idx)
+
+
+ODD_RATIO = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=24, sel_count=4, window=20)
+
+
+@pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
+def test_fp16_compressed_storage_keeps_fp32_logits(
+    monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig
+) -> None:
+    """The GPU's storage choice for bf16 inputs (fp16 k̃, ṽ), forced under the interpreter:
+    nsa_attention must still give the compressed branch an fp32-accurate k̃ (fp16 hi + lo for
+    the kernel, fp32 for the torch fallback that l′/d = 3 takes), so lse_cmp stays ≈ 1e-6
+    off the fp32 reference rather than the ≈ 1e-4 of an fp16 k̃ (mean pooling; a bf16 k_cmp
+    is fp16-exact, that case checks the wiring only)."""
+    monkeypatch.setattr(nsa_attention_mod, "_compressed_dtype", lambda *xs: torch.float16)
+    q, k, v, g = make_inputs(1, 100, 4, 2, 16, torch.bfloat16, seed=12)
+    q = 2 * q  # larger logits: an fp16 k̃ would show
+    kw: dict[str, torch.Tensor] = {}
+    if cfg.compress == "given":
+        gen = torch.Generator().manual_seed(3)
+        tc = num_cmp_blocks(100, cfg)
+        kw = {"k_cmp": torch.randn(1, tc, 2, 16, generator=gen).to(torch.bfloat16)}
+        kw["v_cmp"] = torch.randn(1, tc, 2, 16, generator=gen).to(torch.bfloat16)
+    out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True, **kw)  # type: ignore[arg-type]
+    ref_out, ref_aux = reference(q, k, v, g, cfg, **kw)
+    assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
+    fin = torch.isfinite(ref_aux.lse_cmp)
+    err = (aux.lse_cmp[fin] - ref_aux.lse_cmp[fin]).abs().max().item()
+    assert err < 1e-5, err

@@ -72,11 +72,26 @@ def test_gpu_planted_stage1_and_stage2() -> None:
     bad = [t for t in range(2000) if {int(j) for j in idx[0, t, 0] if j >= 0} != expected[t][0]]
     assert not bad, bad[:10]
     ref_out, ref_aux = reference(q, k, v, g, PAPER, block_indices=aux.block_indices)
-    # Planted logits reach ≈ 30: fp16 k̃ rounding moves lse_cmp by ≈ 2^-11·30, above 1e-3.
+    # Planted logits reach ≈ 30: an fp16 k̃ alone would move lse_cmp by ≈ 2^-11·30, above
+    # 1e-3; its fp16 hi + lo parts keep it fp32-grade.
     assert err_ratio(out, ref_out) <= 5e-3
     assert_lse_close(aux.lse_slc, ref_aux.lse_slc, 1e-3, "lse_slc")
     assert_lse_close(aux.lse_win, ref_aux.lse_win, 1e-3, "lse_win")
-    assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 2e-2, "lse_cmp")
+    assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 1e-3, "lse_cmp")
+
+
+@pytest.mark.parametrize("cmp", ["v1", "v2", "v3"])
+def test_gpu_benchmark_shape_stage3_selection(monkeypatch: pytest.MonkeyPatch, cmp: str) -> None:
+    """The exercise's benchmark shape (T=8k, 16 query heads on 1 KV head, D=128, bf16, paper
+    config): stage 3 wants ≥ 99.9% of rows on the gold top-n set. An fp16 k̃ got ≈ 99.85%
+    here (near-tied block scores swap), k̃ as fp16 hi + lo parts should give ≈ 100%."""
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", cmp)
+    q, k, v, g = make_inputs(1, 8192, 16, 1, 128, torch.bfloat16, seed=8, device="cuda")
+    _, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
+    _, ref = reference(q, k, v, g, PAPER)
+    same = (aux.block_indices == ref.block_indices).all(-1).float().mean().item()
+    assert same >= 0.9995, same
+    assert_lse_close(aux.lse_cmp, ref.lse_cmp, 1e-4, "lse_cmp")
 
 
 def test_gpu_given_compression_and_indices_mid_config() -> None:
@@ -204,7 +219,7 @@ def test_gpu_variants_planted_and_given(
     ref_out, ref_aux = reference(q, k, v, g, PAPER, block_indices=aux.block_indices)
     assert err_ratio(out, ref_out) <= 5e-3
     assert_lse_close(aux.lse_slc, ref_aux.lse_slc, 1e-3, "lse_slc")
-    assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 2e-2, "lse_cmp")
+    assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 1e-3, "lse_cmp")
     # given indices (selection kernel alone on the planted sets)
     out2 = nsa_attention(q, k, v, g, PAPER, block_indices=aux.block_indices)
     assert torch.equal(out, out2)
