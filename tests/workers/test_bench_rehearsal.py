@@ -34,6 +34,8 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 """
 LATE_WRONG = LATE.format(late="out = torch.zeros_like(out)")
 LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
+# Right only while the garbage collector is off: it must be off in every timed call.
+GC_WATCH = LATE.format(late="out = torch.zeros_like(out) if __import__('gc').isenabled() else out")
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +106,12 @@ def test_reference_runs_are_not_confirmed() -> None:
     ex = load_exercise("attention-merge")
     r = grade_ranked("attention-merge", ex.reference.read_bytes(), device="cpu", trusted=True)
     assert r.verdict is Verdict.PASS and "confirmation" not in r.details
+
+
+def test_timed_calls_run_without_the_garbage_collector() -> None:
+    import gc
+
+    assert gc.isenabled()
+    r = grade("attention-merge", GC_WATCH.encode(), device="cpu")
+    assert r.verdict is Verdict.PASS, r.output
+    assert r.timings and r.timings[0].n >= MIN_ITERS

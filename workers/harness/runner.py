@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import hashlib
 import importlib.abc
 import importlib.util
@@ -65,13 +66,6 @@ def raw_bytes(t: Any) -> bytes:
 
 
 DIGEST_CHUNK = 1 << 24  # words per step: bounds the temporaries on huge inputs
-# Between timed calls the harness's host work (IPC, checks) leaves the GPU idle for tens of ms,
-# and the SM clock drops to a few hundred MHz (345 MHz idle against 1980 MHz under load on an
-# H200). A call timed straight after such a gap ran 15-80 % slower in stretches of seconds, so
-# the same reference graded 0.94-1.04x against its own baseline (H200 pipeline, 2026-11-29).
-# A spin on the harness stream before the L2 flush brings the clock up first; it lasts this
-# many ms at the board's top clock and longer while the clock is still low.
-CLOCK_WARM_MS = 10.0
 
 
 def input_digest(t: Any, key: int) -> str:
@@ -212,15 +206,12 @@ class Rank:
         self._ptr = T.data_ptr
         self._fill = T.fill_
         self._empty = torch.empty
+        self._gc = (gc.isenabled, gc.disable, gc.enable)
         self.ids = {"perf_counter": time.perf_counter, "empty": torch.empty}
         if self.device == "cuda":
             self.ids.update({"Event": torch.cuda.Event, "synchronize": torch.cuda.synchronize})
             torch.cuda.set_device(a.local_device)
             self.flush = None
-            self._spin = torch.cuda._sleep  # bound before the student's import
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            khz = int(getattr(props, "clock_rate", 0) or 1_980_000)  # cycles per ms
-            self.warm_cycles = int(CLOCK_WARM_MS * khz)
 
     # -- channel
     def send(self, obj: dict[str, Any]) -> None:
@@ -344,7 +335,6 @@ class Rank:
             # best effort; the write below flushes anyway
             with contextlib.suppress(Exception):
                 self.cudart.cudaCtxResetPersistingL2Cache()
-        self._spin(self.warm_cycles)  # clock up (see CLOCK_WARM_MS), then flush
         self.flush.zero_()  # a write of >= 2x L2 on the harness stream
         torch.cuda.synchronize()
 
@@ -372,6 +362,12 @@ class Rank:
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         err = None
         ret = None
+        # No collector pass inside a timed window (timeit's rule): a host-bound call's time
+        # is otherwise at the mercy of garbage the harness made between calls.
+        gc_on, gc_off, gc_back = self._gc
+        paused = bool(msg.get("timed")) and gc_on()
+        if paused:
+            gc_off()
         t0 = _perf()
         try:
             if ev:
@@ -385,6 +381,8 @@ class Rank:
         except BaseException as e:  # noqa: BLE001
             err = _err(e)
         t1 = _perf()
+        if paused:
+            gc_back()
         ops: dict[str, int] = {}
         if prof is not None:
             try:
