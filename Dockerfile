@@ -38,9 +38,10 @@ COPY item_bank ./item_bank
 RUN pip install .
 
 # Non-root: the API and the workers never need root; bubblewrap uses user namespaces.
+# /var/lib/kgrade-timing: the GPU workers of one host share its timing lock (a volume there).
 RUN useradd --create-home --uid 10001 --user-group kgrade \
- && mkdir -p /var/lib/kgrade \
- && chown kgrade:kgrade /var/lib/kgrade
+ && mkdir -p /var/lib/kgrade /var/lib/kgrade-timing \
+ && chown kgrade:kgrade /var/lib/kgrade /var/lib/kgrade-timing
 USER kgrade
 WORKDIR /var/lib/kgrade
 

@@ -87,6 +87,10 @@ def test_compose_workers_cover_queues_with_one_process_per_gpu(compose: dict[str
             # Inside the container its GPUs are numbered from 0.
             assert svc["environment"]["KGRADE_GPUS"].split(",") == [str(i) for i in range(want)]
             assert svc.get("profiles") == ["gpu"]
+            # the host's GPU workers take turns for timed loops through one shared lock file
+            lock = Path(svc["environment"]["KGRADE_TIMING_LOCK"])
+            mounts = {v.split(":")[1]: v.split(":")[0] for v in svc.get("volumes", [])}
+            assert mounts.get(str(lock.parent)) in compose["volumes"], name
     assert consumed == set(QUEUES)
 
 
@@ -130,6 +134,7 @@ def test_k8s_objects_well_formed(k8s: list[dict[str, Any]]) -> None:
 
 def test_k8s_workers_one_gpu_per_process(k8s: list[dict[str, Any]]) -> None:
     consumed: set[str] = set()
+    locks: set[str] = set()
     for doc in k8s:
         if doc["kind"] != "Deployment" or "worker" not in doc["metadata"]["name"]:
             continue
@@ -143,8 +148,17 @@ def test_k8s_workers_one_gpu_per_process(k8s: list[dict[str, Any]]) -> None:
         if want:
             assert env["KGRADE_GPUS"].split(",") == [str(i) for i in range(want)]
             assert doc["spec"]["strategy"]["type"] == "Recreate"
+            # one timing lock file per node, shared by its GPU pods
+            pod = doc["spec"]["template"]["spec"]
+            mount = next(
+                m for m in container["volumeMounts"] if m["mountPath"] == env["KGRADE_TIMING_LOCK"]
+            )
+            vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            assert vol["hostPath"]["type"] == "FileOrCreate"
+            locks.add(vol["hostPath"]["path"])
         assert doc["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert consumed == set(QUEUES)
+    assert len(locks) == 1, locks
 
 
 def test_dockerfile_is_non_root_with_sandbox_and_torch_flavour() -> None:

@@ -7,11 +7,16 @@ correctness never see. Rehearsal runs the same loop with wall-clock times.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import threading
+from pathlib import Path
+
 import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import grade, grade_ranked
-from workers.harness.parent import REHEARSAL_ENV
+from workers.harness.parent import REHEARSAL_ENV, TIMING_LOCK_ENV, timing_turn
 from workers.harness.timing import MIN_ITERS
 from workers.verdicts import Verdict
 
@@ -115,3 +120,38 @@ def test_timed_calls_run_without_the_garbage_collector() -> None:
     r = grade("attention-merge", GC_WATCH.encode(), device="cpu")
     assert r.verdict is Verdict.PASS, r.output
     assert r.timings and r.timings[0].n >= MIN_ITERS
+
+
+def test_timed_loops_take_turns_on_a_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lock = tmp_path / "timing.lock"
+    monkeypatch.setenv(TIMING_LOCK_ENV, str(lock))
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another job's timed loop holds the host
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "benchmark" and done == 0:  # the other job ends its loop 1.5 s later
+            threading.Timer(1.5, os.close, [fd]).start()
+
+    r = grade(
+        "attention-merge",
+        _src("attention-merge", "solutions/correct/stable_fp32.py"),
+        device="cpu",
+        reference_timing=False,
+        progress=progress,
+    )
+    assert r.verdict is Verdict.PASS, r.output
+    (t,) = r.timings
+    assert r.details["bench_profile"][t.name]["turn_wait_s"] >= 1.2
+    free = os.open(lock, os.O_RDWR)  # released when the grading ends
+    try:
+        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(free)
+
+
+def test_timing_turns_can_be_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIMING_LOCK_ENV, "off")
+    monkeypatch.chdir(tmp_path)
+    with timing_turn() as waited:
+        assert waited == 0.0
+    assert not any(tmp_path.iterdir())
