@@ -131,7 +131,7 @@ class Checker:
                 rel = f"io/c{i}_r{r}_{name}.bin"
                 p = self.job / rel
                 with open(p, "wb") as f:
-                    f.write(RFMT.raw_bytes(t))
+                    f.write(RFMT.raw_view(t))
                 os.chmod(p, 0o644)
                 files[name] = {"path": rel, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape)}
             outs = []
@@ -208,12 +208,12 @@ class Checker:
             path = self.job / f"out/{tag}_r{r}_{o.name}.bin"
             if not path.is_file():
                 return fail(Verdict.INTEGRITY_VIOLATION, f"no snapshot of output {o.name!r}"), outs
-            outs[o.name] = RFMT.from_raw(path.read_bytes(), want_dt, list(o.shape))
+            outs[o.name] = RFMT.read_raw(path, want_dt, list(o.shape))
         for iname, t in inputs.items():
             if key is not None:  # timed calls: the keyed device digest
                 same = in_meta.get(iname, {}).get("digest") == RFMT.input_digest(t, key)
             else:
-                want = hashlib.sha256(RFMT.raw_bytes(t.cpu())).hexdigest()
+                want = hashlib.sha256(RFMT.raw_view(t.cpu())).hexdigest()
                 same = in_meta.get(iname, {}).get("sha256") == want
             if not same:
                 return fail(Verdict.INPUT_MUTATED, f"input {iname!r} was modified"), outs
@@ -235,7 +235,7 @@ class Checker:
             h = hashlib.sha256()
             for o in outs:
                 for name in sorted(o):
-                    h.update(RFMT.raw_bytes(o[name]))
+                    h.update(RFMT.raw_view(o[name]))
             base = next((j for j, b in enumerate(self.cases) if c.name == f"{b.name}/repeat"), None)
             if base is not None and self.out_hash.get(base) not in (None, h.hexdigest()):
                 return fail(

@@ -1,0 +1,29 @@
+"""The raw snapshot format between runner and checker: written from a view, read in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from workers.harness.runner import dtype_of, from_raw, raw_view, read_raw
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("shape", [[3, 5], [0, 4], [], [2, 1, 7]])
+def test_round_trip(tmp_path: Path, name: str, shape: list[int]) -> None:
+    t = (torch.randn(shape) * 100).to(dtype_of(name))
+    p = tmp_path / "t.bin"
+    p.write_bytes(raw_view(t))
+    u = read_raw(p, name, shape)
+    assert u.dtype == t.dtype and torch.equal(u, t)
+    assert torch.equal(from_raw(p.read_bytes(), name, shape), t)
+
+
+@pytest.mark.parametrize("nbytes", [7, 9, 0])
+def test_size_mismatch_is_refused(tmp_path: Path, nbytes: int) -> None:
+    p = tmp_path / "t.bin"
+    p.write_bytes(b"\x01" * nbytes)
+    with pytest.raises(ValueError, match="expected 8$"):
+        read_raw(p, "float32", [2])
