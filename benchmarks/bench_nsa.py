@@ -35,6 +35,7 @@ import triton  # noqa: E402
 
 import kernels.nsa.attention as nsa_mod  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
+from kernels.nsa.attention import _split_fp16  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton, topn_triton  # noqa: E402
 from kernels.nsa.config import num_cmp_blocks  # noqa: E402
 from kernels.nsa.selection import (  # noqa: E402
@@ -96,23 +97,28 @@ def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
             print(f"  T={t:6d} {name}: FAILED {type(exc).__name__}: {exc}")
             traceback.print_exc(limit=3)
 
-    kc = compress_mean_fast(k, cfg, torch.float16)
+    # as the reference does for bf16 inputs: k̃ in fp32, split into fp16 hi + lo; ṽ in fp16
+    kc, kc_lo = _split_fp16(compress_mean_fast(k, cfg, torch.float32))
     vc = compress_mean_fast(v, cfg, torch.float16)
     attempt(
         "nsa compress (mean, k+v)",
         lambda: (
-            compress_mean_fast(k, cfg, torch.float16),
+            _split_fp16(compress_mean_fast(k, cfg, torch.float32)),
             compress_mean_fast(v, cfg, torch.float16),
         ),
         None,
     )
     attempt(
         "nsa cmp attn+scores+top-n",
-        lambda: compressed_triton(q, kc, vc, cfg, scale, True),
+        lambda: compressed_triton(q, kc, vc, cfg, scale, True, kc_lo=kc_lo),
         fl["cmp"],
     )
-    attempt("nsa cmp attn only", lambda: compressed_triton(q, kc, vc, cfg, scale, False), fl["cmp"])
-    o_cmp, _, idx = compressed_triton(q, kc, vc, cfg, scale, True)
+    attempt(
+        "nsa cmp attn only",
+        lambda: compressed_triton(q, kc, vc, cfg, scale, False, kc_lo=kc_lo),
+        fl["cmp"],
+    )
+    o_cmp, _, idx = compressed_triton(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
     assert idx is not None
     attempt("nsa selection", lambda: selection_triton(q, k, v, idx, cfg, scale), fl["slc"])
     o_slc, _ = selection_triton(q, k, v, idx, cfg, scale)
@@ -313,11 +319,11 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
         noise = torch.randn(B, t, HQ, D, device="cuda", generator=gen)
         q_loc = (0.8**0.5 * base.repeat_interleave(64, 1)[:, :t] + 0.2**0.5 * noise).to(q.dtype)
         fl = flops(t, cfg)
-        kc = compress_mean_fast(k, cfg, torch.float16)
+        kc, kc_lo = _split_fp16(compress_mean_fast(k, cfg, torch.float32))
         vc = compress_mean_fast(v, cfg, torch.float16)
 
         # compressed branch
-        ref_c = compressed_triton(q, kc, vc, cfg, scale, True)
+        ref_c = compressed_triton(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
         assert ref_c[2] is not None
         idx = ref_c[2]
         for name in cmp:
@@ -325,12 +331,12 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
             ms = timed(
                 f"cmp {name} attn+scores+top-n",
                 t,
-                lambda fn=fn: fn(q, kc, vc, cfg, scale, True),
+                lambda fn=fn: fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo),
                 fl["cmp"],
             )
             check = ""
             try:
-                o, lse, ix = fn(q, kc, vc, cfg, scale, True)
+                o, lse, ix = fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
                 assert ix is not None
                 same = float((ix == idx).all(-1).float().mean())
                 check = (
@@ -342,7 +348,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
             ms = timed(
                 f"cmp {name} attn only",
                 t,
-                lambda fn=fn: fn(q, kc, vc, cfg, scale, False),
+                lambda fn=fn: fn(q, kc, vc, cfg, scale, False, kc_lo=kc_lo),
                 fl["cmp"],
             )
             cell(f"cmp {name} attn only", t, ms, fl["cmp"])
@@ -353,7 +359,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
         cell("top-n alone (incl. sort)", t, ms, None)
 
         # selection branch, random and local queries (same indices for every variant)
-        _, _, idx_loc = compressed_triton(q_loc, kc, vc, cfg, scale, True)
+        _, _, idx_loc = compressed_triton(q_loc, kc, vc, cfg, scale, True, kc_lo=kc_lo)
         assert idx_loc is not None
         for tag, qq, ii in (("", q, idx), (" [local q]", q_loc, idx_loc)):
             ref_s = selection_triton(qq, k, v, ii, cfg, scale)
