@@ -69,6 +69,8 @@ def test_correct_solution_is_timed_against_the_baseline() -> None:
     prof = r.details["bench_profile"][t.name]
     assert prof["calls"] == t.n and 1 <= prof["probes"] <= t.n
     assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
+    for part in ("call", "snapshot", "check"):  # the checked calls' cost, split
+        assert prof[f"checked_{part}_ms"] > 0
 
 
 def test_two_rank_reference_is_timed_on_every_rank() -> None:

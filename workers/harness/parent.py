@@ -816,7 +816,13 @@ def _phase_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> Non
 
 
 def _timed_call(
-    job: Job, b: int, shape: dict[str, Any], tag: str, check: bool, deadline: float
+    job: Job,
+    b: int,
+    shape: dict[str, Any],
+    tag: str,
+    check: bool,
+    deadline: float,
+    cost: dict[str, float] | None = None,
 ) -> tuple[dict[str, Any], float]:
     """One timed call on fresh inputs (every rank at once); the runner's report and parent wall.
 
@@ -859,11 +865,18 @@ def _timed_call(
     # The probe decision comes after the call returned: a probe is indistinguishable from a
     # plain timed call while it runs. Only a probe's snapshot carries the input digests.
     key = secrets.randbits(63)  # drawn now: the call has returned
+    w1 = time.perf_counter()
     job.send_all(
         [{"t": "snapshot", "id": tag, "write": check, "key": key}] * job.world, "benchmark"
     )
     snaps = job.recv_all(deadline, "benchmark")
+    w2 = time.perf_counter()
     m = _slowest_rank(reps)
+    if cost is not None:  # where a call's harness time goes, checked calls apart
+        kind = "checked" if check else "plain"
+        cost[f"{kind}_n"] = cost.get(f"{kind}_n", 0) + 1
+        cost[f"{kind}_call_s"] = cost.get(f"{kind}_call_s", 0.0) + (w1 - w0)
+        cost[f"{kind}_snapshot_s"] = cost.get(f"{kind}_snapshot_s", 0.0) + (w2 - w1)
     if check:
         assert job.checker
         first = dict(reps[0])
@@ -878,6 +891,8 @@ def _timed_call(
         for r in range(1, job.world):  # other ranks' snapshots are not read: drop them
             for o in shape["outputs"]:
                 (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
+        if cost is not None:
+            cost["checked_check_s"] = cost.get("checked_check_s", 0.0) + (time.perf_counter() - w2)
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
     return m, wall
@@ -913,9 +928,10 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     overhead = sorted(noop)[len(noop) // 2]
     # warm-up: >= 3 calls and >= 50 ms, every one checked
     w_warm = time.monotonic()
+    cost: dict[str, float] = {}
     spent, k = 0.0, 0
     while k < timing.WARMUP_CALLS or spent < timing.WARMUP_MIN_S * 1e3:
-        m, _ = _timed_call(job, b, shape, f"b{b}w{k}", True, deadline)
+        m, _ = _timed_call(job, b, shape, f"b{b}w{k}", True, deadline, cost)
         spent += float(m.get("ev_sync_ms", m["wall_ms"]))
         k += 1
         if k > 50:
@@ -931,7 +947,7 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     while not timing.should_stop(samples, gpu_s, time.monotonic() - t_loop):
         probe = secrets.randbelow(8) == 0 or i == 0
         probes += probe
-        m, wall = _timed_call(job, b, shape, f"b{b}i{i}", probe, deadline)
+        m, wall = _timed_call(job, b, shape, f"b{b}i{i}", probe, deadline, cost)
         t_sync, t_stream = float(m["ev_sync_ms"]), float(m["ev_stream_ms"])
         streams.append(t_stream)
         if t_sync > wall + 0.05:
@@ -993,6 +1009,13 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
             "probes": probes,
             "loop_s": round(time.monotonic() - t_loop, 3),
             "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
+            # mean ms per call: the call round trip, the snapshot request, the checker
+            **{
+                f"{kind}_{part}_ms": round(1e3 * cost[f"{kind}_{part}_s"] / cost[f"{kind}_n"], 2)
+                for kind in ("checked", "plain")
+                for part in ("call", "snapshot", "check")
+                if cost.get(f"{kind}_n") and f"{kind}_{part}_s" in cost
+            },
         },
         "review": st.median < timing.HUMAN_REVIEW_FACTOR * shape["floor_ms"],
     }
