@@ -201,6 +201,8 @@ def poll(
                     ],
                     "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
                     "bench_profile": (kg.get("details") or {}).get("bench_profile"),
+                    # the machine's state against the baseline's (workers.harness canary)
+                    "canary": (kg.get("details") or {}).get("canary"),
                     "gpus": (kg.get("hardware") or {}).get("gpus"),
                 }
                 if on_done is not None:
@@ -304,9 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     def done(job: Job) -> None:
         # A line per grading as it ends, and the JSON so far: a run cut short still reports.
         sp = f"{job.speedup:.4f}" if job.speedup is not None else "-"
+        ratio = (job.extra.get("canary") or {}).get("ratio") or {}
+        can = " canary " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items()) if ratio else ""
         print(
             f"[done {time.monotonic() - t0:5.0f} s] {job.exercise} {job.name}: "
-            f"{job.verdict} speedup {sp} in {job.seconds} s",
+            f"{job.verdict} speedup {sp} in {job.seconds} s{can}",
             flush=True,
         )
         if args.json:

@@ -69,6 +69,8 @@ echo "== versions"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=index,name,driver_version,temperature.gpu,memory.used --format=csv,noheader
 redis-server --version
 if command -v bwrap >/dev/null; then bwrap --version; else echo "bwrap: not found"; fi
+# job directories (snapshots of every checked call's outputs) live under the temp dir
+df -hT "${TMPDIR:-/tmp}" /dev/shm 2>/dev/null || true
 
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --maxmemory-policy noeviction --daemonize yes --dir "$WORK/redis" --logfile "$WORK/redis.log"

@@ -16,7 +16,12 @@ import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import grade, grade_ranked
-from workers.harness.parent import REHEARSAL_ENV, TIMING_LOCK_ENV, timing_turn
+from workers.harness.parent import (
+    REHEARSAL_ENV,
+    TIMING_LOCK_ENV,
+    _canary_report,
+    timing_turn,
+)
 from workers.harness.timing import MIN_ITERS
 from workers.verdicts import Verdict
 
@@ -71,6 +76,13 @@ def test_correct_solution_is_timed_against_the_baseline() -> None:
     assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
     for part in ("call", "snapshot", "check"):  # the checked calls' cost, split
         assert prof[f"checked_{part}_ms"] > 0
+    # the machine's state beside this grading and beside the baseline it was compared with
+    can = r.details["canary"]
+    assert can["gpu_ms"] > 0 and can["host_ms"] > 0
+    assert set(can["baseline"]) == {"gpu_ms", "host_ms"} and set(can["ratio"]) == set(
+        can["baseline"]
+    )
+    assert isinstance(can["off"], bool)
 
 
 def test_two_rank_reference_is_timed_on_every_rank() -> None:
@@ -143,7 +155,8 @@ def test_timed_loops_take_turns_on_a_host(tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert r.verdict is Verdict.PASS, r.output
     (t,) = r.timings
-    assert r.details["bench_profile"][t.name]["turn_wait_s"] >= 1.2
+    waited = r.details["canary"]["turn_wait_s"] + r.details["bench_profile"][t.name]["turn_wait_s"]
+    assert waited >= 1.2
     free = os.open(lock, os.O_RDWR)  # released when the grading ends
     try:
         fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -157,3 +170,12 @@ def test_timing_turns_can_be_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     with timing_turn() as waited:
         assert waited == 0.0
     assert not any(tmp_path.iterdir())
+
+
+def test_canary_flags_a_machine_off_its_baseline_state() -> None:
+    base = {"gpu_ms": 1.0, "host_ms": 1.0}
+    calm = _canary_report({"gpu_ms": 1.01, "host_ms": 1.04}, base)
+    assert calm["off"] is False and calm["ratio"] == {"gpu_ms": 1.01, "host_ms": 1.04}
+    assert _canary_report({"gpu_ms": 1.0, "host_ms": 1.3}, base)["off"] is True
+    assert _canary_report({"gpu_ms": 0.9, "host_ms": 1.0}, base)["off"] is True
+    assert "off" not in _canary_report({"gpu_ms": 1.0}, None)  # no baseline yet

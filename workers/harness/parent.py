@@ -41,7 +41,7 @@ RUNNER = Path(__file__).with_name("runner.py")
 MAX_MSG = 1 << 20
 # Reference timings per (exercise, shape, gpu, versions): the baseline is timed once per process
 # (and optionally persisted) in its own trusted sandboxed process through this same harness.
-_REF_CACHE: dict[str, float] = {}
+_REF_CACHE: dict[str, Any] = {}
 #: CI only: run the benchmark loop on CPU over each spec's tiny ``rehearsal_benchmark`` shapes,
 #: timed by the wall clock. Exercises every step of the GPU path (multi-rank included) where CI
 #: has no GPU; such speedups mean nothing and are marked ``details["rehearsal"]``.
@@ -1021,6 +1021,11 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     }
 
 
+def _canary_key(ex: Exercise, res: GradeResult) -> str:
+    """The canary taken beside an exercise's baseline: same identity as its shapes' keys."""
+    return _ref_key(ex, {"name": "<canary>", "params": {}}, res)
+
+
 def _ref_key(ex: Exercise, shape: dict[str, Any], res: GradeResult) -> str:
     return json.dumps(
         [
@@ -1044,6 +1049,11 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
     subs = []
     n_shapes = len(plan["bench"])
     job.report("benchmark", 0, n_shapes)
+    assert job.checker
+    with timing_turn() as canary_wait:  # the machine's state now, in the trusted checker
+        deadline += canary_wait
+        rep = job.checker.ask({"op": "canary"})
+    canary = {k: float(rep[k]) for k in ("gpu_ms", "host_ms") if k in rep}
     for b, shape in enumerate(plan["bench"]):
         with timing_turn() as waited:
             deadline += waited  # another job's turn is not this one's time
@@ -1053,6 +1063,8 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
     refs: list[float | None] = [None] * len(subs)
     if reference:
         refs = reference_times(job.ex, plan, res)
+    res.details["canary"] = _canary_report(canary, _REF_CACHE.get(_canary_key(job.ex, res)))
+    res.details["canary"]["turn_wait_s"] = round(canary_wait, 3)
     clamp = float(job.ex.scoring["clamp"])
     speedups = []
     for shape, s, ref in zip(plan["bench"], subs, refs, strict=True):
@@ -1087,6 +1099,19 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         res.speedup = timing.geomean(speedups)
 
 
+def _canary_report(now: dict[str, float], base: dict[str, float] | None) -> dict[str, Any]:
+    """This job's canary beside the baseline's: ``off`` when either workload is more than
+    ``timing.CANARY_TOLERANCE`` away, i.e. the machine is not in the state the baseline saw
+    (recorded for staff and the pipeline report; the grading itself stands)."""
+    rep: dict[str, Any] = {k: round(v, 5) for k, v in now.items()}
+    if base:
+        ratio = {k: now[k] / base[k] for k in now if base.get(k)}
+        rep["baseline"] = {k: round(float(v), 5) for k, v in base.items()}
+        rep["ratio"] = {k: round(v, 4) for k, v in ratio.items()}
+        rep["off"] = any(abs(v - 1.0) > timing.CANARY_TOLERANCE for v in ratio.values())
+    return rep
+
+
 def reference_times(ex: Exercise, plan: dict[str, Any], res: GradeResult) -> list[float | None]:
     """Median times of our reference per shape, timed by this harness in its own process."""
     keys = [_ref_key(ex, s, res) for s in plan["bench"]]
@@ -1107,6 +1132,11 @@ def reference_times(ex: Exercise, plan: dict[str, Any], res: GradeResult) -> lis
             raise Failure(Verdict.INFRA_ERROR, f"reference failed: {r.output}")
         for k, t in zip(keys, r.timings, strict=True):
             _REF_CACHE[k] = t.median_ms
+        base_canary = {
+            k: v for k, v in (r.details.get("canary") or {}).items() if k.endswith("_ms")
+        }
+        if base_canary:
+            _REF_CACHE[_canary_key(ex, res)] = base_canary
         if cache_file:
             Path(cache_file).write_text(json.dumps(_REF_CACHE))
     return [_REF_CACHE[k] for k in keys]

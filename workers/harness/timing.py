@@ -18,6 +18,7 @@ WARMUP_CALLS = 3
 WARMUP_MIN_S = 0.05
 SIDE_STREAM_RATIO = 0.5  # e_stream < 0.5 * e_sync ...
 SIDE_STREAM_MIN_MS = 0.05  # ... above 50 us: work escaped the timed stream
+CANARY_TOLERANCE = 0.05  # a job's canary this far from the baseline's: a noisy machine
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
 CALL_OVERHEAD_MS = 0.25  # host cost inside the runner's call window around the events
 
