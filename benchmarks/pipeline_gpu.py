@@ -264,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         help="reference runs only for these exercises (default: every exercise graded)",
     )
     ap.add_argument(
+        "--references-first",
+        action="store_true",
+        help="within each phase, the reference runs before the solutions",
+    )
+    ap.add_argument(
         "--narrow-first",
         action="store_true",
         help="the one-GPU phase before the multi-GPU one (default: widest first)",
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         f"runs; skipped: {', '.join(skipped) or 'none'}",
         flush=True,
     )
-    everything = jobs + refs
+    everything = refs + jobs if args.references_first else jobs + refs
 
     def done(job: Job) -> None:
         # A line per grading as it ends, and the JSON so far: a run cut short still reports.
