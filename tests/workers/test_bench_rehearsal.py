@@ -179,3 +179,20 @@ def test_canary_flags_a_machine_off_its_baseline_state() -> None:
     assert _canary_report({"gpu_ms": 1.0, "host_ms": 1.3}, base)["off"] is True
     assert _canary_report({"gpu_ms": 0.9, "host_ms": 1.0}, base)["off"] is True
     assert "off" not in _canary_report({"gpu_ms": 1.0}, None)  # no baseline yet
+
+
+def test_a_timing_turn_is_not_waited_for_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.harness import parent
+
+    lock = tmp_path / "timing.lock"
+    monkeypatch.setenv(TIMING_LOCK_ENV, str(lock))
+    monkeypatch.setattr(parent, "TIMING_TURN_MAX_WAIT_S", 0.3)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # a neighbour stuck in its loop
+    try:
+        with timing_turn() as waited:
+            assert 0.3 <= waited < 5.0
+    finally:
+        os.close(fd)

@@ -52,6 +52,7 @@ REHEARSAL_ENV = "KGRADE_BENCH_REHEARSAL"
 #: stretches on the H200 pair. A path shared by the host's workers (a hostPath volume under
 #: Kubernetes); "off" turns it off. Default: a file in the system's temp directory.
 TIMING_LOCK_ENV = "KGRADE_TIMING_LOCK"
+TIMING_TURN_MAX_WAIT_S = 600.0
 
 
 @contextlib.contextmanager
@@ -71,7 +72,16 @@ def timing_turn() -> Iterator[float]:
     # read-only is enough for flock: a node's lock file may belong to root (hostPath)
     fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        # Bounded: a neighbour stuck in a call (up to its phase limit) must not push this job
+        # past its task's time limit; past the bound the loop runs without its turn.
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - t0 > TIMING_TURN_MAX_WAIT_S:
+                    break
+                time.sleep(0.02)
         yield time.monotonic() - t0
     finally:
         os.close(fd)
