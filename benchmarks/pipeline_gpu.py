@@ -356,6 +356,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {eid}: reference speedups {', '.join(f'{s:.4f}' for s in sp)} "
                 f"(min {min(sp):.4f}, max {max(sp):.4f})"
             )
+    # Per reference run and shape: the median, its relative standard error, how many calls,
+    # the wait for the host's timing turn, and the canary against the baseline's.
+    for j in refs:
+        prof = j.extra.get("bench_profile") or {}
+        ratio = (j.extra.get("canary") or {}).get("ratio") or {}
+        for t in j.extra.get("timings") or []:
+            p = prof.get(t["name"]) or {}
+            med = t.get("median_ms")
+            print(
+                f"  {j.exercise} {j.name} {t['name']}: median "
+                f"{med if med is None else round(med, 4)} ms, rel SE {p.get('rel_se')}, "
+                f"{p.get('calls')} calls, turn wait {p.get('turn_wait_s')} s; canary "
+                + (", ".join(f"{k} {v:.3f}" for k, v in ratio.items()) or "-")
+            )
     for j in bad + ref_bad:
         print(f"  MISS {j.exercise} {j.name}: {j.verdict or j.status} {j.output[:200]!r}")
     for s_ in skipped:
