@@ -44,6 +44,10 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 """
 LATE_WRONG = LATE.format(late="out = torch.zeros_like(out)")
 LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
+# A helper process appears once the timed calls begin (it could compute, or load the GPU).
+LATE_HELPER = LATE.format(
+    late="_calls[0] == 90 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
+)
 # Right only while the garbage collector is off: it must be off in every timed call.
 GC_WATCH = LATE.format(late="out = torch.zeros_like(out) if __import__('gc').isenabled() else out")
 
@@ -95,8 +99,12 @@ def test_two_rank_reference_is_timed_on_every_rank() -> None:
 
 @pytest.mark.parametrize(
     ("source", "verdict"),
-    [(LATE_WRONG, Verdict.WRONG_ANSWER), (LATE_MUTATION, Verdict.INPUT_MUTATED)],
-    ids=["wrong-only-when-timed", "mutates-inputs-only-when-timed"],
+    [
+        (LATE_WRONG, Verdict.WRONG_ANSWER),
+        (LATE_MUTATION, Verdict.INPUT_MUTATED),
+        (LATE_HELPER, Verdict.INTEGRITY_VIOLATION),
+    ],
+    ids=["wrong-only-when-timed", "mutates-inputs-only-when-timed", "helper-process-when-timed"],
 )
 def test_timed_calls_are_probed(source: str, verdict: Verdict) -> None:
     r = grade("attention-merge", source.encode(), device="cpu")

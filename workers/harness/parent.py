@@ -908,6 +908,39 @@ def _timed_call(
     return m, wall
 
 
+def tree_pids(root: int) -> list[int]:
+    """The processes under ``root`` (itself included), read from the host's /proc.
+
+    Trusted: counted from outside the sandbox (its PID namespace hides nothing from the host),
+    unlike the thread counts the runner reports about itself.
+    """
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                st = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        # the command name may hold spaces and parentheses: ppid follows the last ')'
+        ppid = int(st[st.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += kids.get(pid, [])
+    return out
+
+
+def _job_processes(job: Job) -> int | None:
+    box = getattr(job, "box", None)
+    if box is None or not os.path.isdir("/proc"):
+        return None
+    return len(tree_pids(box.proc.pid))
+
+
 def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
     """One report for a call across ranks: the slowest rank's times, the side-stream ratio of
     the rank that kept the least of its work on the timed stream, and all ranks' threads."""
@@ -953,11 +986,27 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     threads0 = None
     gpu_s = 0.0
     i = probes = 0
+    # Processes in the job's tree, counted from the host after the warm-up (compilers and
+    # autotuning have come and gone), then at every probe and after the loop (grader spec §5):
+    # a helper process doing work during timed calls shows here.
+    procs0 = _job_processes(job)
+
+    def no_new_processes() -> None:
+        n = _job_processes(job)
+        if procs0 is not None and n is not None and n > procs0:
+            raise Failure(
+                Verdict.INTEGRITY_VIOLATION,
+                f"benchmark {shape['name']}: the submission started processes "
+                f"({procs0} in the job before the timed calls, {n} now)",
+            )
+
     t_loop = time.monotonic()
     while not timing.should_stop(samples, gpu_s, time.monotonic() - t_loop):
         probe = secrets.randbelow(8) == 0 or i == 0
         probes += probe
         m, wall = _timed_call(job, b, shape, f"b{b}i{i}", probe, deadline, cost)
+        if probe:
+            no_new_processes()
         t_sync, t_stream = float(m["ev_sync_ms"]), float(m["ev_stream_ms"])
         streams.append(t_stream)
         if t_sync > wall + 0.05:
@@ -977,6 +1026,7 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
         call_walls.append(float(m["wall_ms"]))
         gpu_s += t_sync / 1e3
         i += 1
+    no_new_processes()
     st = timing.stats(samples)
     # Side streams: judged on medians, not per call. One call whose end event lands late (the
     # host descheduled between the device-wide sync and the last record) is noise; work kept
