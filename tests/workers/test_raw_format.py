@@ -1,4 +1,4 @@
-"""The raw snapshot format between runner and checker: written from a view, read in place."""
+"""The raw tensor format between runner and checker: written from a view, read in place."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.harness.runner import dtype_of, from_raw, raw_view, read_raw
+from workers.harness.runner import dtype_of, raw_view, read_raw
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16", "float32", "float64", "int32", "int64"])
@@ -18,7 +18,6 @@ def test_round_trip(tmp_path: Path, name: str, shape: list[int]) -> None:
     p.write_bytes(raw_view(t))
     u = read_raw(p, name, shape)
     assert u.dtype == t.dtype and torch.equal(u, t)
-    assert torch.equal(from_raw(p.read_bytes(), name, shape), t)
 
 
 @pytest.mark.parametrize("nbytes", [7, 9, 0])

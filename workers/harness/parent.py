@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -832,7 +833,7 @@ def _timed_call(
     tag: str,
     check: bool,
     deadline: float,
-    cost: dict[str, float] | None = None,
+    cost: defaultdict[tuple[str, str], float] | None = None,
 ) -> tuple[dict[str, Any], float]:
     """One timed call on fresh inputs (every rank at once); the runner's report and parent wall.
 
@@ -882,11 +883,11 @@ def _timed_call(
     snaps = job.recv_all(deadline, "benchmark")
     w2 = time.perf_counter()
     m = _slowest_rank(reps)
+    kind = "checked" if check else "plain"
     if cost is not None:  # where a call's harness time goes, checked calls apart
-        kind = "checked" if check else "plain"
-        cost[f"{kind}_n"] = cost.get(f"{kind}_n", 0) + 1
-        cost[f"{kind}_call_s"] = cost.get(f"{kind}_call_s", 0.0) + (w1 - w0)
-        cost[f"{kind}_snapshot_s"] = cost.get(f"{kind}_snapshot_s", 0.0) + (w2 - w1)
+        cost[kind, "n"] += 1
+        cost[kind, "call"] += w1 - w0
+        cost[kind, "snapshot"] += w2 - w1
     if check:
         assert job.checker
         first = dict(reps[0])
@@ -902,7 +903,7 @@ def _timed_call(
             for o in shape["outputs"]:
                 (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
         if cost is not None:
-            cost["checked_check_s"] = cost.get("checked_check_s", 0.0) + (time.perf_counter() - w2)
+            cost[kind, "check"] += time.perf_counter() - w2
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
     return m, wall
@@ -935,10 +936,9 @@ def tree_pids(root: int) -> list[int]:
 
 
 def _job_processes(job: Job) -> int | None:
-    box = getattr(job, "box", None)
-    if box is None or not os.path.isdir("/proc"):
+    if job.box is None or not os.path.isdir("/proc"):
         return None
-    return len(tree_pids(box.proc.pid))
+    return len(tree_pids(job.box.proc.pid))
 
 
 def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -971,7 +971,7 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
     overhead = sorted(noop)[len(noop) // 2]
     # warm-up: >= 3 calls and >= 50 ms, every one checked
     w_warm = time.monotonic()
-    cost: dict[str, float] = {}
+    cost: defaultdict[tuple[str, str], float] = defaultdict(float)
     spent, k = 0.0, 0
     while k < timing.WARMUP_CALLS or spent < timing.WARMUP_MIN_S * 1e3:
         m, _ = _timed_call(job, b, shape, f"b{b}w{k}", True, deadline, cost)
@@ -1071,10 +1071,9 @@ def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> di
             "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
             # mean ms per call: the call round trip, the snapshot request, the checker
             **{
-                f"{kind}_{part}_ms": round(1e3 * cost[f"{kind}_{part}_s"] / cost[f"{kind}_n"], 2)
-                for kind in ("checked", "plain")
-                for part in ("call", "snapshot", "check")
-                if cost.get(f"{kind}_n") and f"{kind}_{part}_s" in cost
+                f"{kind}_{part}_ms": round(1e3 * v / cost[kind, "n"], 2)
+                for (kind, part), v in cost.items()
+                if part != "n"
             },
         },
         "review": st.median < timing.HUMAN_REVIEW_FACTOR * shape["floor_ms"],

@@ -99,21 +99,6 @@ def input_digest(t: Any, key: int) -> str:
     return f"{int(total) & ((1 << 64) - 1):016x}"
 
 
-def from_raw(data: bytes, dtype: str, shape: list[int]) -> Any:
-    import torch
-
-    dt = dtype_of(dtype)
-    n = 1
-    for s in shape:
-        n *= int(s)
-    itemsize = torch.empty((), dtype=dt).element_size()
-    if len(data) != n * itemsize:
-        raise ValueError(f"raw tensor has {len(data)} bytes, expected {n * itemsize}")
-    if n == 0:
-        return torch.empty(shape, dtype=dt)
-    return torch.frombuffer(bytearray(data), dtype=dt).reshape(shape).clone()
-
-
 def read_raw(path: str | os.PathLike[str], dtype: str, shape: list[int]) -> Any:
     """A raw file read straight into a new CPU tensor; the size must match exactly."""
     import torch
@@ -313,8 +298,7 @@ class Rank:
         out = {}
         root = self.a.job
         for name, d in msg.get("files", {}).items():
-            with open(os.path.join(root, d["path"]), "rb") as f:
-                t = from_raw(f.read(), d["dtype"], d["shape"])
+            t = read_raw(os.path.join(root, d["path"]), d["dtype"], d["shape"])
             out[name] = t.to(self.device) if self.device != "cpu" else t
         for i, (name, spec) in enumerate(sorted(msg.get("gens", {}).items())):
             out[name] = gen_tensor(spec, int(msg["seed"]) + i, self.device)
