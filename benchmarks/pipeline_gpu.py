@@ -200,6 +200,9 @@ def poll(
                         for t in kg.get("timings") or []
                     ],
                     "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
+                    # our reference's calls beside these (paired) or the cached baseline's mode
+                    "baseline": (kg.get("details") or {}).get("baseline"),
+                    "ref_raw_samples_ms": (kg.get("details") or {}).get("ref_raw_samples_ms"),
                     "bench_profile": (kg.get("details") or {}).get("bench_profile"),
                     # the machine's state against the baseline's (workers.harness canary)
                     "canary": (kg.get("details") or {}).get("canary"),
@@ -356,18 +359,23 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {eid}: reference speedups {', '.join(f'{s:.4f}' for s in sp)} "
                 f"(min {min(sp):.4f}, max {max(sp):.4f})"
             )
-    # Per reference run and shape: the median, its relative standard error, how many calls,
-    # the wait for the host's timing turn, and the canary against the baseline's.
+    # Per reference run and shape: both medians (the submission's and the baseline's, paired in
+    # one loop or cached), their relative standard errors, counted calls, the wait for the
+    # host's timing turn, and the canary against a cached baseline's.
     for j in refs:
         prof = j.extra.get("bench_profile") or {}
+        base = j.extra.get("baseline") or {}
         ratio = (j.extra.get("canary") or {}).get("ratio") or {}
         for t in j.extra.get("timings") or []:
             p = prof.get(t["name"]) or {}
-            med = t.get("median_ms")
+            bp = base.get(t["name"]) or {}
+            med, ref = t.get("median_ms"), t.get("ref_median_ms")
             print(
                 f"  {j.exercise} {j.name} {t['name']}: median "
-                f"{med if med is None else round(med, 4)} ms, rel SE {p.get('rel_se')}, "
-                f"{p.get('calls')} calls, turn wait {p.get('turn_wait_s')} s; canary "
+                f"{med if med is None else round(med, 4)} ms vs baseline "
+                f"{ref if ref is None else round(ref, 4)} ms ({base.get('mode', '-')}), rel SE "
+                f"{p.get('rel_se')} / {bp.get('rel_se', '-')}, calls {p.get('calls')} / "
+                f"{bp.get('calls', '-')}, turn wait {p.get('turn_wait_s')} s; canary "
                 + (", ".join(f"{k} {v:.3f}" for k, v in ratio.items()) or "-")
             )
     for j in bad + ref_bad:

@@ -10,8 +10,8 @@ shows in ``/proc/*/cmdline`` or the environment)::
      "reference": bool}
 
 ``reference``: the source is the exercise's own reference (an instructor's harness check). It
-runs trusted (it may import ``kernels``) and is still timed against the cached baseline, so its
-speedup shows the harness's run-to-run noise.
+runs trusted (it may import ``kernels``) and is still timed against the baseline (paired or
+cached, as a student's would be), so its speedup shows the harness's run-to-run noise.
 
 Events go to the inherited pipe ``--events-fd`` as JSON lines, never to stdout (logs only)::
 

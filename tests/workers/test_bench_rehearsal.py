@@ -7,20 +7,30 @@ correctness never see. Rehearsal runs the same loop with wall-clock times.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import signal
+import statistics
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import grade, grade_ranked
 from workers.harness.parent import (
+    PAIRED_ENV,
     REHEARSAL_ENV,
     TIMING_LOCK_ENV,
     _canary_report,
+    stopped,
     timing_turn,
+    tree_pids,
 )
 from workers.harness.timing import MIN_ITERS
 from workers.verdicts import Verdict
@@ -61,7 +71,7 @@ def _src(exercise: str, rel: str) -> bytes:
     return (load_exercise(exercise).path / rel).read_bytes()
 
 
-def test_correct_solution_is_timed_against_the_baseline() -> None:
+def test_correct_solution_is_timed_beside_the_reference() -> None:
     r = grade(
         "attention-merge",
         _src("attention-merge", "solutions/correct/stable_fp32.py"),
@@ -80,13 +90,77 @@ def test_correct_solution_is_timed_against_the_baseline() -> None:
     assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
     for part in ("call", "snapshot", "check"):  # the checked calls' cost, split
         assert prof[f"checked_{part}_ms"] > 0
+    # our reference's calls were taken in the same loop: its median is the baseline
+    base = r.details["baseline"]
+    assert base["mode"] == "paired"
+    ref_samples = r.details["ref_raw_samples_ms"][t.name]
+    assert len(ref_samples) == base[t.name]["calls"] >= MIN_ITERS
+    assert t.ref_median_ms == pytest.approx(statistics.median(ref_samples), rel=1e-3)
+    assert base[t.name]["probes"] == 0  # trusted: never probed
+    assert base[t.name]["loop_s"] == prof["loop_s"]  # one loop for both
+    can = r.details["canary"]
+    assert can["gpu_ms"] > 0 and can["host_ms"] > 0 and "baseline" not in can
+
+
+def test_cached_baseline_and_its_canary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PAIRED_ENV, "0")
+    r = grade(
+        "attention-merge",
+        _src("attention-merge", "solutions/correct/stable_fp32.py"),
+        device="cpu",
+        reference_timing=True,
+    )
+    assert r.verdict is Verdict.PASS, r.output
+    assert r.details["baseline"] == {"mode": "cached"} and "ref_raw_samples_ms" not in r.details
+    (t,) = r.timings
+    assert t.ref_median_ms is not None and t.ref_median_ms > 0
     # the machine's state beside this grading and beside the baseline it was compared with
     can = r.details["canary"]
-    assert can["gpu_ms"] > 0 and can["host_ms"] > 0
     assert set(can["baseline"]) == {"gpu_ms", "host_ms"} and set(can["ratio"]) == set(
         can["baseline"]
     )
     assert isinstance(can["off"], bool)
+
+
+def test_submission_is_stopped_while_the_reference_is_timed() -> None:
+    # a process tree that would keep the host busy: parent and child both spin
+    spin = "import os, time\nos.fork()\nwhile True: pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.3)
+        job = SimpleNamespace(box=SimpleNamespace(proc=proc))
+        pids = tree_pids(proc.pid)
+        assert len(pids) == 2
+
+        def states() -> set[str]:
+            out = set()
+            for pid in pids:
+                st = Path(f"/proc/{pid}/stat").read_text()
+                out.add(st[st.rindex(")") + 2])
+            return out
+
+        with stopped(job):  # type: ignore[arg-type]
+            assert states() <= {"T", "t"}
+            cpu0 = _cpu_ticks(pids)
+            time.sleep(0.2)
+            assert _cpu_ticks(pids) == cpu0  # no progress while stopped
+        time.sleep(0.2)
+        assert states().isdisjoint({"T", "t"})
+        assert _cpu_ticks(pids) > cpu0
+    finally:
+        for pid in tree_pids(proc.pid)[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        st = Path(f"/proc/{pid}/stat").read_text()
+        fields = st[st.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total
 
 
 def test_two_rank_reference_is_timed_on_every_rank() -> None:

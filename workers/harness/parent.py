@@ -17,6 +17,7 @@ import os
 import platform
 import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -956,128 +957,268 @@ def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
     return m
 
 
-def _bench_shape(job: Job, b: int, shape: dict[str, Any], deadline: float) -> dict[str, Any]:
-    # calibrate the per-iteration overhead O (IPC, input generation, flush, sync)
-    noop = []
-    for _ in range(5):
-        w0 = time.perf_counter()
-        job.send_all(
-            [{"t": "noop", "gens": shape["gens"], "seed": secrets.randbits(62), "flush": True}]
-            * job.world,
-            "benchmark",
-        )
-        job.recv_all(deadline, "benchmark")
-        noop.append((time.perf_counter() - w0) * 1e3)
-    overhead = sorted(noop)[len(noop) // 2]
-    # warm-up: >= 3 calls and >= 50 ms, every one checked
-    w_warm = time.monotonic()
-    cost: defaultdict[tuple[str, str], float] = defaultdict(float)
-    spent, k = 0.0, 0
-    while k < timing.WARMUP_CALLS or spent < timing.WARMUP_MIN_S * 1e3:
-        m, _ = _timed_call(job, b, shape, f"b{b}w{k}", True, deadline, cost)
-        spent += float(m.get("ev_sync_ms", m["wall_ms"]))
-        k += 1
-        if k > 50:
-            break
-    samples: list[float] = []
-    streams: list[float] = []
-    walls: list[float] = []
-    call_walls: list[float] = []
-    threads0 = None
-    gpu_s = 0.0
-    i = probes = 0
-    # Processes in the job's tree, counted from the host after the warm-up (compilers and
-    # autotuning have come and gone), then at every probe and after the loop (grader spec §5):
-    # a helper process doing work during timed calls shows here.
-    procs0 = _job_processes(job)
+#: Single-rank exercises time our reference beside the submission, call for call, in the same
+#: job (``KGRADE_PAIRED_BASELINE``, default on). A baseline timed once and cached met the host
+#: in another state: short calls are host-bound, and on the H200 pair the cached merge and block
+#: baselines left our own reference graded at 0.87-1.04. Multi-rank exercises keep the cached
+#: baseline: two ring jobs would hold the same GPUs' memory at once, and the ring's long calls
+#: stayed within 1.6 % of their baseline.
+PAIRED_ENV = "KGRADE_PAIRED_BASELINE"
 
-    def no_new_processes() -> None:
-        n = _job_processes(job)
-        if procs0 is not None and n is not None and n > procs0:
-            raise Failure(
+
+def paired_baseline(world: int) -> bool:
+    return world == 1 and os.environ.get(PAIRED_ENV, "1") != "0"
+
+
+@contextlib.contextmanager
+def stopped(job: Job) -> Iterator[None]:
+    """The submission's whole process tree stopped (SIGSTOP, from the host) while our reference
+    takes its timed call: nothing the submission left running can load the host or the GPU
+    queue against the baseline. Its last call ended device-synchronised, so no work of its own
+    is in flight either."""
+    pids = tree_pids(job.box.proc.pid) if job.box is not None and os.path.isdir("/proc") else []
+    sent = []
+    try:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                sent.append(pid)
+        _wait_stopped(sent)
+        yield
+    finally:
+        for pid in sent:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _wait_stopped(pids: list[int], bound_s: float = 0.05) -> None:
+    """SIGSTOP lands asynchronously: wait (briefly) until every process shows state T.
+
+    A process inside the GPU driver (state D) stops when it leaves it; past the bound the call
+    goes ahead, as that process can no longer run Python once it does."""
+    t_end = time.monotonic() + bound_s
+    todo = list(pids)
+    while todo and time.monotonic() < t_end:
+        left = []
+        for pid in todo:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            if st[st.rindex(b")") + 2 : st.rindex(b")") + 3] not in (b"T", b"t"):
+                left.append(pid)
+        todo = left
+        if todo:
+            time.sleep(0.0005)
+
+
+class _Side:
+    """One process's timed calls for a shape: the submission's, or our reference's beside it."""
+
+    def __init__(
+        self, job: Job, b: int, shape: dict[str, Any], deadline: float, baseline: bool = False
+    ) -> None:
+        self.job, self.b, self.shape, self.deadline = job, b, shape, deadline
+        self.baseline = baseline  # our reference's calls beside the submission's: never probed
+        self.cost: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.samples: list[float] = []  # counted calls' device-synced times: the statistics
+        self.events: list[float] = []  # every timed call's, for the integrity checks
+        self.settled = 0
+        self.i = 0
+        self.streams: list[float] = []
+        self.walls: list[float] = []
+        self.call_walls: list[float] = []
+        self.threads0: int | None = None
+        self.gpu_s = 0.0
+        self.probes = 0
+        self.overhead = 0.0
+        self.warmup_calls = 0
+        self.warmup_s = 0.0
+        self.procs0: int | None = None
+
+    def fail(self, verdict: Verdict, message: str) -> Failure:
+        if self.baseline:  # our reference failing beside a submission is our fault, not its
+            return Failure(Verdict.INFRA_ERROR, f"reference beside the submission: {message}")
+        return Failure(verdict, message)
+
+    def call(self, tag: str, check: bool) -> tuple[dict[str, Any], float]:
+        try:
+            return _timed_call(self.job, self.b, self.shape, tag, check, self.deadline, self.cost)
+        except Failure as f:
+            raise self.fail(f.verdict, f.message) from None
+
+    def calibrate(self) -> None:
+        """The per-iteration overhead O (IPC, input generation, flush, sync), then the warm-up."""
+        noop = []
+        for _ in range(5):
+            w0 = time.perf_counter()
+            msg = {"t": "noop", "gens": self.shape["gens"], "seed": secrets.randbits(62)}
+            self.job.send_all([{**msg, "flush": True}] * self.job.world, "benchmark")
+            self.job.recv_all(self.deadline, "benchmark")
+            noop.append((time.perf_counter() - w0) * 1e3)
+        self.overhead = sorted(noop)[len(noop) // 2]
+        # warm-up: >= 3 calls and >= 50 ms. The first calls are checked (a wrong kernel stops
+        # here, not after a loop of timed calls); later ones are not timed, so checking them buys
+        # nothing that the loop's secret probes do not.
+        w0 = time.monotonic()
+        spent, k = 0.0, 0
+        while k < timing.WARMUP_CALLS or spent < timing.WARMUP_MIN_S * 1e3:
+            check = k < timing.WARMUP_CALLS and not self.baseline
+            m, _ = self.call(f"b{self.b}w{k}", check)
+            spent += float(m.get("ev_sync_ms", m["wall_ms"]))
+            k += 1
+            if k > 50:
+                break
+        self.warmup_calls, self.warmup_s = k, time.monotonic() - w0
+        # Processes in the job's tree, counted from the host after the warm-up (compilers and
+        # autotuning have come and gone), then at every probe and after the loop (grader spec
+        # §5): a helper process doing work during timed calls shows here.
+        self.procs0 = _job_processes(self.job)
+
+    def no_new_processes(self) -> None:
+        n = _job_processes(self.job)
+        if self.procs0 is not None and n is not None and n > self.procs0:
+            raise self.fail(
                 Verdict.INTEGRITY_VIOLATION,
-                f"benchmark {shape['name']}: the submission started processes "
-                f"({procs0} in the job before the timed calls, {n} now)",
+                f"benchmark {self.shape['name']}: the submission started processes "
+                f"({self.procs0} in the job before the timed calls, {n} now)",
             )
 
-    t_loop = time.monotonic()
-    while not timing.should_stop(samples, gpu_s, time.monotonic() - t_loop):
-        probe = secrets.randbelow(8) == 0 or i == 0
-        probes += probe
-        m, wall = _timed_call(job, b, shape, f"b{b}i{i}", probe, deadline, cost)
+    def timed(self, counted: bool = True) -> bool:
+        """One timed call; its time joins the statistics when ``counted``. True if probed."""
+        i = self.i
+        self.i += 1
+        probe = not self.baseline and (secrets.randbelow(8) == 0 or i == 0)
+        self.probes += probe
+        m, wall = self.call(f"b{self.b}i{i}", probe)
         if probe:
-            no_new_processes()
+            self.no_new_processes()
         t_sync, t_stream = float(m["ev_sync_ms"]), float(m["ev_stream_ms"])
-        streams.append(t_stream)
+        self.streams.append(t_stream)
         if t_sync > wall + 0.05:
-            raise Failure(
+            raise self.fail(
                 Verdict.INTEGRITY_VIOLATION,
-                f"benchmark {shape['name']}: reported time exceeds the wall clock",
+                f"benchmark {self.shape['name']}: reported time exceeds the wall clock",
             )
         th = m.get("threads") or [0, 0]
-        threads0 = th[0] if threads0 is None else threads0
-        if th[1] > threads0:
-            raise Failure(
+        self.threads0 = th[0] if self.threads0 is None else self.threads0
+        if th[1] > self.threads0:
+            raise self.fail(
                 Verdict.INTEGRITY_VIOLATION,
-                f"benchmark {shape['name']}: the submission started threads",
+                f"benchmark {self.shape['name']}: the submission started threads",
             )
-        samples.append(t_sync)
-        walls.append(wall)
-        call_walls.append(float(m["wall_ms"]))
-        gpu_s += t_sync / 1e3
-        i += 1
-    no_new_processes()
-    st = timing.stats(samples)
-    # Side streams: judged on medians, not per call. One call whose end event lands late (the
-    # host descheduled between the device-wide sync and the last record) is noise; work kept
-    # off the timed stream shows in every call.
-    if timing.side_stream_escape(streams, samples):
-        raise Failure(
-            Verdict.INTEGRITY_VIOLATION,
-            f"benchmark {shape['name']}: work outside the timed stream (median stream "
-            f"{statistics.median(streams):.3f} ms vs device {st.median:.3f} ms)",
-        )
-    # Wall-clock plausibility. The parent's wall per call also covers input generation, NaN
-    # poisoning, the L2 flush and the input checksums, none of which the noop calibration can
-    # reproduce exactly, so the lower bound uses the runner's call window (perf_counter bound
-    # before the student's import, identity-checked after each call): the device-synced event
-    # time must account for that window, W_call - N*O_call <= sum(reported) <= W.
-    n = len(samples)
-    if not timing.plausible(samples, call_walls, walls):
-        raise Failure(
-            Verdict.INTEGRITY_VIOLATION,
-            f"benchmark {shape['name']}: reported times implausible against wall clock "
-            f"(events {sum(samples):.1f} ms, call window {sum(call_walls):.1f} ms, "
-            f"parent wall {sum(walls):.1f} ms over {n} calls)",
-        )
-    if st.min < shape["floor_ms"]:
-        raise Failure(
-            Verdict.INTEGRITY_VIOLATION,
-            f"benchmark {shape['name']}: {st.min:.4f} ms is below the roofline floor "
-            f"{shape['floor_ms']:.4f} ms",
-        )
-    return {
-        "stats": st,
-        "overhead_ms": overhead,
-        "samples": samples,
-        # where a shape's wall time goes (harness cost per call, checked calls), for operators
-        "profile": {
-            "noop_ms": round(overhead, 3),
-            "warmup_calls": k,
-            "warmup_s": round(t_loop - w_warm, 3),
-            "calls": n,
-            "probes": probes,
-            "loop_s": round(time.monotonic() - t_loop, 3),
-            "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
-            # mean ms per call: the call round trip, the snapshot request, the checker
-            **{
-                f"{kind}_{part}_ms": round(1e3 * v / cost[kind, "n"], 2)
-                for (kind, part), v in cost.items()
-                if part != "n"
+        if counted:
+            self.samples.append(t_sync)
+        else:
+            self.settled += 1
+        self.events.append(t_sync)
+        self.walls.append(wall)
+        self.call_walls.append(float(m["wall_ms"]))
+        self.gpu_s += t_sync / 1e3
+        return probe
+
+    def finish(self, loop_s: float) -> dict[str, Any]:
+        """The loop's statistics, after the checks that need all of its calls."""
+        self.no_new_processes()
+        name = self.shape["name"]
+        st = timing.stats(self.samples)
+        # Side streams: judged on medians, not per call. One call whose end event lands late (the
+        # host descheduled between the device-wide sync and the last record) is noise; work kept
+        # off the timed stream shows in every call.
+        if timing.side_stream_escape(self.streams, self.events):
+            raise self.fail(
+                Verdict.INTEGRITY_VIOLATION,
+                f"benchmark {name}: work outside the timed stream (median stream "
+                f"{statistics.median(self.streams):.3f} ms vs device {st.median:.3f} ms)",
+            )
+        # Wall-clock plausibility. The parent's wall per call also covers input generation, NaN
+        # poisoning, the L2 flush and the input checksums, none of which the noop calibration
+        # can reproduce exactly, so the lower bound uses the runner's call window (perf_counter
+        # bound before the student's import, identity-checked after each call): the
+        # device-synced event time must account for that window,
+        # W_call - N*O_call <= sum(reported) <= W.
+        n = len(self.events)
+        if not timing.plausible(self.events, self.call_walls, self.walls):
+            raise self.fail(
+                Verdict.INTEGRITY_VIOLATION,
+                f"benchmark {name}: reported times implausible against wall clock "
+                f"(events {sum(self.events):.1f} ms, call window {sum(self.call_walls):.1f} ms, "
+                f"parent wall {sum(self.walls):.1f} ms over {n} calls)",
+            )
+        if min(self.events) < self.shape["floor_ms"]:
+            raise self.fail(
+                Verdict.INTEGRITY_VIOLATION,
+                f"benchmark {name}: {min(self.events):.4f} ms is below the roofline floor "
+                f"{self.shape['floor_ms']:.4f} ms",
+            )
+        return {
+            "stats": st,
+            "overhead_ms": self.overhead,
+            "samples": self.samples,
+            # where a shape's wall time goes (harness cost per call, checked calls), for operators
+            "profile": {
+                "noop_ms": round(self.overhead, 3),
+                "warmup_calls": self.warmup_calls,
+                "warmup_s": round(self.warmup_s, 3),
+                "calls": len(self.samples),
+                "settle_calls": self.settled,
+                "probes": self.probes,
+                "loop_s": round(loop_s, 3),
+                "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
+                # mean ms per call: the call round trip, the snapshot request, the checker
+                **{
+                    f"{kind}_{part}_ms": round(1e3 * v / self.cost[kind, "n"], 2)
+                    for (kind, part), v in self.cost.items()
+                    if part != "n"
+                },
             },
-        },
-        "review": st.median < timing.HUMAN_REVIEW_FACTOR * shape["floor_ms"],
-    }
+            "review": st.median < timing.HUMAN_REVIEW_FACTOR * self.shape["floor_ms"],
+        }
+
+
+def _bench_shape(
+    job: Job, b: int, shape: dict[str, Any], deadline: float, ref: Job | None = None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Time one shape: the submission's loop, and with ``ref`` our reference's calls taken in
+    turn with it (one each per round, the submission stopped during ours), so that both see the
+    machine in the same state. The loop ends once both sides' statistics have settled.
+    """
+    sub = _Side(job, b, shape, deadline)
+    base = _Side(ref, b, shape, deadline, baseline=True) if ref is not None else None
+    sub.calibrate()
+    if base is not None:
+        with stopped(job):
+            base.calibrate()
+    # paired: two processes' calls share the loop's wall-clock budget
+    wall_budget = timing.SHAPE_WALL_BUDGET_S * (2 if base is not None else 1)
+    t_loop = time.monotonic()
+    # The call right after a probe meets the host just after the checker's work (caches,
+    # allocator, the GPU's queue): it is timed and checked like any other but not counted, on
+    # whichever side it falls. It cannot help a submission: whether the next call is a probe
+    # is decided after that call returns.
+    settle = False
+    while True:
+        wall = time.monotonic() - t_loop
+        # both sides call until both are done, so paired samples stay paired
+        done = timing.should_stop(sub.samples, sub.gpu_s, wall, wall_budget) and (
+            base is None or timing.should_stop(base.samples, base.gpu_s, wall, wall_budget)
+        )
+        if done:
+            break
+        if base is None:
+            settle = sub.timed(counted=not settle)
+            continue
+        # which side goes first alternates (ABBA), so neither always follows the other
+        for side in (sub, base) if sub.i % 2 else (base, sub):
+            if side is base:
+                with stopped(job):
+                    base.timed(counted=not settle)
+                settle = False
+            else:
+                settle = sub.timed(counted=not settle)
+    loop_s = time.monotonic() - t_loop
+    return sub.finish(loop_s), base.finish(loop_s) if base is not None else None
 
 
 def _canary_key(ex: Exercise, res: GradeResult) -> str:
@@ -1103,9 +1244,40 @@ def _ref_key(ex: Exercise, shape: dict[str, Any], res: GradeResult) -> str:
     )
 
 
+def _start_reference(job: Job) -> Job:
+    """Our reference in its own sandboxed runner beside ``job``, same isolation and GPU, ready
+    for timed calls (grader spec §5, paired baseline)."""
+    ref = Job(
+        job.ex,
+        job.ex.reference.read_bytes(),
+        job.device,
+        job.secret,
+        trusted=True,
+        isolation=job.isolation,
+        world=job.world,
+    )
+    try:
+        ref.setup()
+        ref.start_runner()
+        _phase_import(ref)
+    except Failure as f:
+        ref.close()
+        raise Failure(
+            Verdict.INFRA_ERROR, f"reference beside the submission: {f.message}"
+        ) from None
+    except BaseException:
+        ref.close()
+        raise
+    return ref
+
+
 def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bool) -> None:
-    deadline = time.monotonic() + job.ex.limits["benchmark_s"]
-    subs = []
+    # also for our reference graded as a submission (an instructor's harness check)
+    paired = reference and paired_baseline(job.world)
+    # a paired loop takes our reference's calls too
+    deadline = time.monotonic() + job.ex.limits["benchmark_s"] * (2 if paired else 1)
+    subs: list[dict[str, Any]] = []
+    pairs: list[dict[str, Any] | None] = []
     n_shapes = len(plan["bench"])
     job.report("benchmark", 0, n_shapes)
     assert job.checker
@@ -1113,16 +1285,36 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         deadline += canary_wait
         rep = job.checker.ask({"op": "canary"})
     canary = {k: float(rep[k]) for k in ("gpu_ms", "host_ms") if k in rep}
-    for b, shape in enumerate(plan["bench"]):
-        with timing_turn() as waited:
-            deadline += waited  # another job's turn is not this one's time
-            subs.append(_bench_shape(job, b, shape, deadline))
-        subs[-1]["profile"]["turn_wait_s"] = round(waited, 3)
-        job.report("benchmark", b + 1, n_shapes)
+    ref_job = _start_reference(job) if paired else None
+    try:
+        for b, shape in enumerate(plan["bench"]):
+            with timing_turn() as waited:
+                deadline += waited  # another job's turn is not this one's time
+                s, r = _bench_shape(job, b, shape, deadline, ref_job)
+            s["profile"]["turn_wait_s"] = round(waited, 3)
+            subs.append(s)
+            pairs.append(r)
+            job.report("benchmark", b + 1, n_shapes)
+    finally:
+        if ref_job is not None:
+            ref_job.close()
     refs: list[float | None] = [None] * len(subs)
-    if reference:
-        refs = reference_times(job.ex, plan, res)
-    res.details["canary"] = _canary_report(canary, _REF_CACHE.get(_canary_key(job.ex, res)))
+    if paired:
+        refs = [r["stats"].median if r else None for r in pairs]
+        res.details["baseline"] = {
+            "mode": "paired",
+            **{
+                sh["name"]: r["profile"]
+                for sh, r in zip(plan["bench"], pairs, strict=True)
+                if r is not None
+            },
+        }
+        res.details["canary"] = _canary_report(canary, None)
+    else:
+        if reference:
+            refs = reference_times(job.ex, plan, res)
+            res.details["baseline"] = {"mode": "cached"}
+        res.details["canary"] = _canary_report(canary, _REF_CACHE.get(_canary_key(job.ex, res)))
     res.details["canary"]["turn_wait_s"] = round(canary_wait, 3)
     clamp = float(job.ex.scoring["clamp"])
     speedups = []
@@ -1154,6 +1346,12 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         sh["name"]: [round(x, 5) for x in s["samples"]]
         for sh, s in zip(plan["bench"], subs, strict=True)
     }
+    if paired:
+        res.details["ref_raw_samples_ms"] = {
+            sh["name"]: [round(x, 5) for x in r["samples"]]
+            for sh, r in zip(plan["bench"], pairs, strict=True)
+            if r is not None
+        }
     if speedups and len(speedups) == len(subs):
         res.speedup = timing.geomean(speedups)
 

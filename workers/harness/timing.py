@@ -54,14 +54,19 @@ def stats(samples: list[float]) -> Stats:
     )
 
 
-def should_stop(samples: list[float], spent_s: float, wall_s: float = 0.0) -> bool:
+def should_stop(
+    samples: list[float],
+    spent_s: float,
+    wall_s: float = 0.0,
+    wall_budget_s: float = SHAPE_WALL_BUDGET_S,
+) -> bool:
     """Enough timed calls for one shape: ``spent_s`` GPU seconds and ``wall_s`` wall seconds."""
     n = len(samples)
     if n >= MAX_ITERS:
         return True
     if n < MIN_ITERS:
         return False
-    if spent_s >= SHAPE_BUDGET_S or wall_s >= SHAPE_WALL_BUDGET_S:
+    if spent_s >= SHAPE_BUDGET_S or wall_s >= wall_budget_s:
         return True
     # cheap test first (mean SE), bootstrap only when it might be done
     mean = statistics.fmean(samples)
