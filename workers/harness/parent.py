@@ -295,6 +295,7 @@ class Job:
     seccomp: bool = False  # the runner's syscall deny-list is installed
     checker: CheckerProc | None = None
     logs: str = ""
+    prior_logs: str = ""  # a restarted runner's predecessor's
     progress: ProgressFn | None = None
 
     def report(self, phase: str, done: int, total: int) -> None:
@@ -461,6 +462,24 @@ class Job:
             except EOFError:
                 raise self.runner_gone(phase) from None
 
+    def restart_runner(self) -> None:
+        """A fresh runner (the same module imported anew) in place of the current one."""
+        self.stop_runner()
+        self.start_runner()
+        _phase_import(self)
+
+    def stop_runner(self) -> None:
+        for ch in self.chans:
+            with contextlib.suppress(EOFError, OSError):
+                ch.send({"t": "bye"})
+        if self.box:
+            self.box.wait(3)
+            self.box.kill()
+            self.prior_logs += self.box.logs()
+        for ch in self.chans:
+            ch.sock.close()
+        self.chans, self.box = [], None
+
     def close(self) -> None:
         try:
             for ch in self.chans:
@@ -624,7 +643,7 @@ def grade(
         except Exception as e:  # noqa: BLE001
             res.details["cleanup_error"] = repr(e)
     job.report("done", 1, 1)
-    res.logs = job.logs
+    res.logs = "\n".join(x for x in (job.prior_logs, job.logs) if x)
     # tests that never ran are reported as failed, so the list always covers every case
     names = {t.name for t in tests}
     for c in plan.get("cases", []):
@@ -835,12 +854,15 @@ def _timed_call(
     check: bool,
     deadline: float,
     cost: defaultdict[tuple[str, str], float] | None = None,
+    write: bool | None = None,
 ) -> tuple[dict[str, Any], float]:
     """One timed call on fresh inputs (every rank at once); the runner's report and parent wall.
 
     With several ranks the report is the slowest rank's: a ring call ends when its last rank
-    does. Rank 0's outputs are the ones a probe checks.
+    does. Rank 0's outputs are the ones a probe checks. ``write`` (default: ``check``) has the
+    runner write its outputs and input digests as for a probe; unchecked, they are deleted.
     """
+    write = check if write is None else write
     seed = secrets.randbits(62)
     msg = {
         "t": "call",
@@ -879,12 +901,12 @@ def _timed_call(
     key = secrets.randbits(63)  # drawn now: the call has returned
     w1 = time.perf_counter()
     job.send_all(
-        [{"t": "snapshot", "id": tag, "write": check, "key": key}] * job.world, "benchmark"
+        [{"t": "snapshot", "id": tag, "write": write, "key": key}] * job.world, "benchmark"
     )
     snaps = job.recv_all(deadline, "benchmark")
     w2 = time.perf_counter()
     m = _slowest_rank(reps)
-    kind = "checked" if check else "plain"
+    kind = "checked" if check else "written" if write else "plain"
     if cost is not None:  # where a call's harness time goes, checked calls apart
         cost[kind, "n"] += 1
         cost[kind, "call"] += w1 - w0
@@ -907,6 +929,10 @@ def _timed_call(
             cost[kind, "check"] += time.perf_counter() - w2
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
+    elif write:
+        for r in range(job.world):
+            for o in shape["outputs"]:
+                (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
     return m, wall
 
 
@@ -966,16 +992,25 @@ def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
 PAIRED_ENV = "KGRADE_PAIRED_BASELINE"
 
 
+#: Paired timing restarts the submission's runner before its timed calls (see _phase_bench).
+FRESH_RUNNER = True
+#: Paired timing treats both sides alike: each is stopped while the other's call runs, and our
+#: reference's runner writes snapshots on its own random draw as the submission's does for its
+#: probes. With only the submission probed and stopped, its side read ~0.05 ms faster on the
+#: shortest calls (docs/perf.md, run 9).
+SYMMETRIC = True
+
+
 def paired_baseline(world: int) -> bool:
     return world == 1 and os.environ.get(PAIRED_ENV, "1") != "0"
 
 
 @contextlib.contextmanager
 def stopped(job: Job) -> Iterator[None]:
-    """The submission's whole process tree stopped (SIGSTOP, from the host) while our reference
-    takes its timed call: nothing the submission left running can load the host or the GPU
-    queue against the baseline. Its last call ended device-synchronised, so no work of its own
-    is in flight either."""
+    """A job's whole process tree stopped (SIGSTOP, from the host) while the other side of a
+    paired loop takes its timed call. For the submission: nothing it left running can load the
+    host or the GPU queue against the baseline (its last call ended device-synchronised, so no
+    work of its own is in flight either). For ours: both sides resume from a stop alike."""
     pids = tree_pids(job.box.proc.pid) if job.box is not None and os.path.isdir("/proc") else []
     sent = []
     try:
@@ -1042,9 +1077,13 @@ class _Side:
             return Failure(Verdict.INFRA_ERROR, f"reference beside the submission: {message}")
         return Failure(verdict, message)
 
-    def call(self, tag: str, check: bool) -> tuple[dict[str, Any], float]:
+    def call(
+        self, tag: str, check: bool, write: bool | None = None
+    ) -> tuple[dict[str, Any], float]:
         try:
-            return _timed_call(self.job, self.b, self.shape, tag, check, self.deadline, self.cost)
+            return _timed_call(
+                self.job, self.b, self.shape, tag, check, self.deadline, self.cost, write
+            )
         except Failure as f:
             raise self.fail(f.verdict, f.message) from None
 
@@ -1089,9 +1128,12 @@ class _Side:
         """One timed call; its time joins the statistics when ``counted``. True if probed."""
         i = self.i
         self.i += 1
-        probe = not self.baseline and (secrets.randbelow(8) == 0 or i == 0)
+        # Our reference's calls are "probed" on their own draw too, without a check: its runner
+        # then writes its outputs and digests as the submission's does, so neither side's
+        # process does host work the other's does not (SYMMETRIC).
+        probe = (not self.baseline or SYMMETRIC) and (secrets.randbelow(8) == 0 or i == 0)
         self.probes += probe
-        m, wall = self.call(f"b{self.b}i{i}", probe)
+        m, wall = self.call(f"b{self.b}i{i}", probe and not self.baseline, write=probe)
         if probe:
             self.no_new_processes()
         t_sync, t_stream = float(m["ev_sync_ms"]), float(m["ev_stream_ms"])
@@ -1181,22 +1223,23 @@ def _bench_shape(
     job: Job, b: int, shape: dict[str, Any], deadline: float, ref: Job | None = None
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Time one shape: the submission's loop, and with ``ref`` our reference's calls taken in
-    turn with it (one each per round, the submission stopped during ours), so that both see the
-    machine in the same state. The loop ends once both sides' statistics have settled.
+    turn with it (one each per round, each side stopped during the other's calls), so that both
+    see the machine in the same state. The loop ends once both sides' statistics have settled.
     """
     sub = _Side(job, b, shape, deadline)
     base = _Side(ref, b, shape, deadline, baseline=True) if ref is not None else None
-    sub.calibrate()
+    with stopped(ref) if ref is not None and SYMMETRIC else contextlib.nullcontext():
+        sub.calibrate()
     if base is not None:
         with stopped(job):
             base.calibrate()
     # paired: two processes' calls share the loop's wall-clock budget
     wall_budget = timing.SHAPE_WALL_BUDGET_S * (2 if base is not None else 1)
     t_loop = time.monotonic()
-    # The call right after a probe meets the host just after the checker's work (caches,
-    # allocator, the GPU's queue): it is timed and checked like any other but not counted, on
-    # whichever side it falls. It cannot help a submission: whether the next call is a probe
-    # is decided after that call returns.
+    # The call right after a probe (or our reference's written snapshot) meets the host just
+    # after that host work (the checker's gold and comparison, files written): it is timed and
+    # checked like any other but not counted, on whichever side it falls. It cannot help a
+    # submission: whether the next call is a probe is decided after that call returns.
     settle = False
     while True:
         wall = time.monotonic() - t_loop
@@ -1211,12 +1254,13 @@ def _bench_shape(
             continue
         # which side goes first alternates (ABBA), so neither always follows the other
         for side in (sub, base) if sub.i % 2 else (base, sub):
-            if side is base:
-                with stopped(job):
-                    base.timed(counted=not settle)
-                settle = False
-            else:
-                settle = sub.timed(counted=not settle)
+            other = base if side is sub else sub
+            # the other side's processes are stopped during this side's call: always the
+            # submission's during ours (it cannot slow the baseline), ours during its when
+            # SYMMETRIC (both sides then resume from a stop before each call)
+            hold = stopped(other.job) if side is base or SYMMETRIC else contextlib.nullcontext()
+            with hold:
+                settle = side.timed(counted=not settle)
     loop_s = time.monotonic() - t_loop
     return sub.finish(loop_s), base.finish(loop_s) if base is not None else None
 
@@ -1285,7 +1329,15 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         deadline += canary_wait
         rep = job.checker.ask({"op": "canary"})
     canary = {k: float(rep[k]) for k in ("gpu_ms", "host_ms") if k in rep}
-    ref_job = _start_reference(job) if paired else None
+    ref_job = None
+    if paired:
+        # Both sides' timed calls come from processes in the same state: fresh, the module
+        # imported, nothing run but this phase. A runner that went through the tests phase (many
+        # shapes and dtypes through its allocator and caches) was slower on short calls than a
+        # fresh one beside it (docs/perf.md, run 7).
+        if FRESH_RUNNER:
+            job.restart_runner()
+        ref_job = _start_reference(job)
     try:
         for b, shape in enumerate(plan["bench"]):
             with timing_turn() as waited:

@@ -1,0 +1,110 @@
+"""A/B of the paired baseline's design on one GPU: our reference graded as a submission
+(reference mode) under variants of the timed loop, interleaved, printing one table.
+
+Variants: ``paired`` (as deployed: a fresh runner for the timed calls, each side stopped during
+the other's calls, both sides' snapshots written on their own draws), ``asym`` (only the
+submission stopped and probed, as in run 9), ``no-restart`` (the runner that ran the tests phase
+takes the timed calls), ``no-stop`` (neither side stopped). A variant whose own reference grades
+away from 1.0 shows where an asymmetry between the two sides comes from.
+
+    python benchmarks/paired_ab.py --exercise attention-merge --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from workers.exercises import load_exercise
+from workers.harness import grade, parent
+
+VARIANTS = ("paired", "asym", "no-restart", "no-stop")
+
+
+@contextlib.contextmanager
+def variant(name: str) -> Iterator[None]:
+    saved = (parent.FRESH_RUNNER, parent.SYMMETRIC, parent.stopped)
+    if name == "asym":
+        parent.SYMMETRIC = False
+    elif name == "no-restart":
+        parent.FRESH_RUNNER = False
+    elif name == "no-stop":
+
+        @contextlib.contextmanager
+        def not_stopped(job: Any) -> Iterator[None]:
+            yield
+
+        parent.stopped = not_stopped  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        parent.FRESH_RUNNER, parent.SYMMETRIC, parent.stopped = saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--exercise", action="append", required=True)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--variant", action="append", choices=VARIANTS)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    variants = args.variant or list(VARIANTS)
+    rows: list[tuple[str, str, int, str, float, float, float, float, float]] = []
+    print(
+        f"{'exercise':<16} {'variant':<11} rep {'shape':<22} {'sub_ms':>8} {'ref_ms':>8} "
+        f"{'ref/sub':>8} {'relSE':>7} {'time_s':>7}",
+        flush=True,
+    )
+    for eid in args.exercise:
+        src = load_exercise(eid).reference.read_bytes()
+        for rep in range(args.reps):
+            for v in variants:
+                t0 = time.monotonic()
+                with variant(v):
+                    r = grade(eid, src, device=args.device, trusted=True)
+                el = time.monotonic() - t0
+                if not r.timings:
+                    print(f"{eid:<16} {v:<11} {rep:>3} {r.verdict.value}: {r.output[:160]}")
+                    continue
+                for t in r.timings:
+                    prof = r.details["bench_profile"][t.name]
+                    ratio = (t.ref_median_ms or 0) / t.median_ms
+                    rows.append(
+                        (
+                            eid,
+                            v,
+                            rep,
+                            t.name,
+                            t.median_ms,
+                            t.ref_median_ms or 0,
+                            ratio,
+                            prof.get("rel_se") or 0,
+                            el,
+                        )
+                    )
+                    print(
+                        f"{eid:<16} {v:<11} {rep:>3} {t.name[:22]:<22} {t.median_ms:8.4f} "
+                        f"{t.ref_median_ms or 0:8.4f} {ratio:8.4f} {prof.get('rel_se') or 0:7.4f} "
+                        f"{el:7.1f}",
+                        flush=True,
+                    )
+    print("\nper exercise and variant: geomean of ref/sub over shapes and reps (1.0 = unbiased)")
+    for eid in args.exercise:
+        for v in variants:
+            rs = [r[6] for r in rows if r[0] == eid and r[1] == v]
+            if rs:
+                gm = statistics.geometric_mean(rs)
+                print(
+                    f"  {eid:<16} {v:<11} {gm:.4f}  (min {min(rs):.4f}, max {max(rs):.4f}, "
+                    f"n {len(rs)})"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
