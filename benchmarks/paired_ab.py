@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, str, int, str, float, float, float, float, float]] = []
     print(
         f"{'exercise':<16} {'variant':<11} rep {'shape':<22} {'sub_ms':>8} {'ref_ms':>8} "
-        f"{'ref/sub':>8} {'relSE':>7} {'time_s':>7}",
+        f"{'ref/sub':>8} {'relSE':>7} {'rt_sub':>7} {'rt_ref':>7} {'time_s':>7}",
         flush=True,
     )
     for eid in args.exercise:
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for t in r.timings:
                     prof = r.details["bench_profile"][t.name]
+                    # each side's mean round trip of a plain timed call (the parent's clock)
+                    base = (r.details.get("baseline") or {}).get(t.name) or {}
+                    rt_sub, rt_ref = prof.get("plain_call_ms", 0), base.get("plain_call_ms", 0)
                     ratio = (t.ref_median_ms or 0) / t.median_ms
                     rows.append(
                         (
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"{eid:<16} {v:<11} {rep:>3} {t.name[:22]:<22} {t.median_ms:8.4f} "
                         f"{t.ref_median_ms or 0:8.4f} {ratio:8.4f} {prof.get('rel_se') or 0:7.4f} "
-                        f"{el:7.1f}",
+                        f"{rt_sub:7.2f} {rt_ref:7.2f} {el:7.1f}",
                         flush=True,
                     )
     print("\nper exercise and variant: geomean of ref/sub over shapes and reps (1.0 = unbiased)")

@@ -115,6 +115,25 @@ def test_paired_timed_calls_come_from_a_fresh_runner() -> None:
     assert r.logs.count("kgrade-test: imported") == 2, r.logs
 
 
+def test_a_failing_reference_beside_the_submission_is_our_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.exercises import Exercise
+
+    broken = tmp_path / "reference.py"
+    broken.write_text("raise RuntimeError('our reference is broken')\n")
+    monkeypatch.setattr(Exercise, "reference", property(lambda self: broken))
+    r = grade(
+        "attention-merge",
+        _src("attention-merge", "solutions/correct/stable_fp32.py"),
+        device="cpu",
+        reference_timing=True,
+    )
+    assert r.verdict is Verdict.INFRA_ERROR, r.output  # not charged to the student
+    assert "reference beside the submission" in r.output and "our reference is broken" in r.output
+    assert all(t.passed for t in r.tests)  # the submission's own tests stand
+
+
 def test_cached_baseline_and_its_canary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PAIRED_ENV, "0")
     r = grade(
