@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 import urllib.error
@@ -202,6 +203,8 @@ def poll(
                     "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
                     # our reference's calls beside these (paired) or the cached baseline's mode
                     "baseline": (kg.get("details") or {}).get("baseline"),
+                    # seconds per grading phase (import includes the job's start-up)
+                    "phase_s": (kg.get("details") or {}).get("phase_s"),
                     "ref_raw_samples_ms": (kg.get("details") or {}).get("ref_raw_samples_ms"),
                     "bench_profile": (kg.get("details") or {}).get("bench_profile"),
                     # the machine's state against the baseline's (workers.harness canary)
@@ -378,6 +381,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"{bp.get('calls', '-')}, turn wait {p.get('turn_wait_s')} s; canary "
                 + (", ".join(f"{k} {v:.3f}" for k, v in ratio.items()) or "-")
             )
+    # Where a grading's time goes: per exercise and kind, the median seconds of each phase.
+    groups: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for j in everything:
+        ph = j.extra.get("phase_s")
+        if ph:
+            kind = "reference" if j.expected == "REFERENCE" else j.expected.lower()
+            groups.setdefault((j.exercise, kind), []).append(ph)
+    for (eid, kind), phs in sorted(groups.items()):
+        names = [n for n in ("import", "tests", "benchmark") if any(n in p for p in phs)]
+        parts = [f"{n} {statistics.median(p[n] for p in phs if n in p):.1f} s" for n in names]
+        print(f"  phases {eid} {kind} (median of {len(phs)}): " + ", ".join(parts))
     for j in bad + ref_bad:
         print(f"  MISS {j.exercise} {j.name}: {j.verdict or j.status} {j.output[:200]!r}")
     for s_ in skipped:

@@ -92,7 +92,10 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
         assert prof[f"checked_{part}_ms"] > 0
     # our reference's calls were taken in the same loop: its median is the baseline
     base = r.details["baseline"]
-    assert base["mode"] == "paired"
+    assert base["mode"] == "paired" and base["start_s"] > 0
+    phases = r.details["phase_s"]
+    assert list(phases) == ["import", "tests", "benchmark"] and all(v > 0 for v in phases.values())
+    assert base["start_s"] < phases["benchmark"]
     ref_samples = r.details["ref_raw_samples_ms"][t.name]
     assert len(ref_samples) == base[t.name]["calls"] >= MIN_ITERS
     assert t.ref_median_ms == pytest.approx(statistics.median(ref_samples), rel=1e-3)

@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -296,10 +297,12 @@ class Job:
     checker: CheckerProc | None = None
     logs: str = ""
     prior_logs: str = ""  # a restarted runner's predecessor's
+    marks: dict[str, float] = field(default_factory=dict)
     progress: ProgressFn | None = None
 
     def report(self, phase: str, done: int, total: int) -> None:
         """Tell the caller how far grading is; never affects the verdict."""
+        self.marks.setdefault(phase, time.monotonic())  # when each phase began
         if self.progress is None:
             return
         # Progress is advisory (a closed events pipe, a database hiccup in the caller): a failing
@@ -643,6 +646,9 @@ def grade(
         except Exception as e:  # noqa: BLE001
             res.details["cleanup_error"] = repr(e)
     job.report("done", 1, 1)
+    # seconds per phase reached (import covers the job's start-up), for operators
+    seq = sorted(job.marks.items(), key=lambda kv: kv[1])
+    res.details["phase_s"] = {a: round(tb - ta, 3) for (a, ta), (_, tb) in pairwise(seq)}
     res.logs = "\n".join(x for x in (job.prior_logs, job.logs) if x)
     # tests that never ran are reported as failed, so the list always covers every case
     names = {t.name for t in tests}
@@ -1330,6 +1336,7 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         rep = job.checker.ask({"op": "canary"})
     canary = {k: float(rep[k]) for k in ("gpu_ms", "host_ms") if k in rep}
     ref_job = None
+    t_setup = time.monotonic()
     if paired:
         # Both sides' timed calls come from processes in the same state: fresh, the module
         # imported, nothing run but this phase. A runner that went through the tests phase (many
@@ -1338,6 +1345,7 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         if FRESH_RUNNER:
             job.restart_runner()
         ref_job = _start_reference(job)
+    t_started = time.monotonic()
     try:
         for b, shape in enumerate(plan["bench"]):
             with timing_turn() as waited:
@@ -1355,6 +1363,8 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         refs = [r["stats"].median if r else None for r in pairs]
         res.details["baseline"] = {
             "mode": "paired",
+            # restarting the submission's runner and starting ours, before the timed calls
+            "start_s": round(t_started - t_setup, 3),
             **{
                 sh["name"]: r["profile"]
                 for sh, r in zip(plan["bench"], pairs, strict=True)
