@@ -465,13 +465,8 @@ class Job:
             except EOFError:
                 raise self.runner_gone(phase) from None
 
-    def restart_runner(self) -> None:
-        """A fresh runner (the same module imported anew) in place of the current one."""
-        self.stop_runner()
-        self.start_runner()
-        _phase_import(self)
-
     def stop_runner(self) -> None:
+        """End the runner (its logs kept), so that ``start_runner`` can start a fresh one."""
         for ch in self.chans:
             with contextlib.suppress(EOFError, OSError):
                 ch.send({"t": "bye"})
@@ -1294,9 +1289,12 @@ def _ref_key(ex: Exercise, shape: dict[str, Any], res: GradeResult) -> str:
     )
 
 
-def _start_reference(job: Job) -> Job:
+def _start_reference(job: Job, fresh: bool) -> Job:
     """Our reference in its own sandboxed runner beside ``job``, same isolation and GPU, ready
-    for timed calls (grader spec §5, paired baseline)."""
+    for timed calls (grader spec §5, paired baseline). With ``fresh``, the submission's runner
+    is started anew too; both processes start at once (their imports of torch overlap), then
+    each imports its module. The submission's import keeps its own verdicts; ours failing is
+    INFRA_ERROR."""
     ref = Job(
         job.ex,
         job.ex.reference.read_bytes(),
@@ -1307,14 +1305,19 @@ def _start_reference(job: Job) -> Job:
         world=job.world,
     )
     try:
+        if fresh:
+            job.stop_runner()
+            job.start_runner()
         ref.setup()
         ref.start_runner()
-        _phase_import(ref)
-    except Failure as f:
-        ref.close()
-        raise Failure(
-            Verdict.INFRA_ERROR, f"reference beside the submission: {f.message}"
-        ) from None
+        if fresh:
+            _phase_import(job)
+        try:
+            _phase_import(ref)
+        except Failure as f:
+            raise Failure(
+                Verdict.INFRA_ERROR, f"reference beside the submission: {f.message}"
+            ) from None
     except BaseException:
         ref.close()
         raise
@@ -1341,10 +1344,8 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         # Both sides' timed calls come from processes in the same state: fresh, the module
         # imported, nothing run but this phase. A runner that went through the tests phase (many
         # shapes and dtypes through its allocator and caches) was slower on short calls than a
-        # fresh one beside it (docs/perf.md, run 7).
-        if FRESH_RUNNER:
-            job.restart_runner()
-        ref_job = _start_reference(job)
+        # fresh one beside it (docs/perf.md, run 8).
+        ref_job = _start_reference(job, fresh=FRESH_RUNNER)
     t_started = time.monotonic()
     try:
         for b, shape in enumerate(plan["bench"]):
