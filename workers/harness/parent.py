@@ -947,20 +947,27 @@ def tree_pids(root: int) -> list[int]:
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                st = f.read()
-        except OSError:  # gone meanwhile
+        st = _proc_stat(int(d))
+        if st is None:  # gone meanwhile
             continue
-        # the command name may hold spaces and parentheses: ppid follows the last ')'
-        ppid = int(st[st.rindex(b")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(d))
+        kids.setdefault(int(st[1]), []).append(int(d))
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
         out.append(pid)
         todo += kids.get(pid, [])
     return out
+
+
+def _proc_stat(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (state, ppid, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            st = f.read()
+    except OSError:
+        return None
+    # the command name may hold spaces and parentheses: the fields follow the last ')'
+    return st[st.rindex(b")") + 2 :].split()
 
 
 def _job_processes(job: Job) -> int | None:
@@ -1037,12 +1044,8 @@ def _wait_stopped(pids: list[int], bound_s: float = 0.05) -> None:
     while todo and time.monotonic() < t_end:
         left = []
         for pid in todo:
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    st = f.read()
-            except OSError:
-                continue
-            if st[st.rindex(b")") + 2 : st.rindex(b")") + 3] not in (b"T", b"t"):
+            st = _proc_stat(pid)
+            if st is not None and st[0] not in (b"T", b"t"):
                 left.append(pid)
         todo = left
         if todo:
