@@ -2,9 +2,10 @@
 (reference mode) under variants of the timed loop, interleaved, printing one table.
 
 Variants: ``paired`` (as deployed: a fresh runner for the timed calls, each side stopped during
-the other's calls, both sides' snapshots written on their own draws), ``asym`` (only the
-submission stopped and probed, as in run 9), ``no-restart`` (the runner that ran the tests phase
-takes the timed calls), ``no-stop`` (neither side stopped). A variant whose own reference grades
+the other's calls, both sides' snapshots written on their own draws, both runners on one CPU),
+``no-pin`` (the same, placement left to the scheduler), ``asym`` (only the submission stopped
+and probed, no pinning: as in run 9), ``no-restart`` (the runner that ran the tests phase takes
+the timed calls), ``no-stop`` (neither side stopped). A variant whose own reference grades
 away from 1.0 shows where an asymmetry between the two sides comes from.
 
     python benchmarks/paired_ab.py --exercise attention-merge --reps 3
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -23,12 +25,15 @@ from typing import Any
 from workers.exercises import load_exercise
 from workers.harness import grade, parent
 
-VARIANTS = ("paired", "asym", "no-restart", "no-stop")
+VARIANTS = ("paired", "no-pin", "asym", "no-restart", "no-stop")
 
 
 @contextlib.contextmanager
 def variant(name: str) -> Iterator[None]:
     saved = (parent.FRESH_RUNNER, parent.SYMMETRIC, parent.stopped)
+    pin_env = os.environ.get(parent.TIMING_CPUS_ENV)
+    if name in ("no-pin", "asym"):
+        os.environ[parent.TIMING_CPUS_ENV] = "off"
     if name == "asym":
         parent.SYMMETRIC = False
     elif name == "no-restart":
@@ -44,6 +49,10 @@ def variant(name: str) -> Iterator[None]:
         yield
     finally:
         parent.FRESH_RUNNER, parent.SYMMETRIC, parent.stopped = saved
+        if pin_env is None:
+            os.environ.pop(parent.TIMING_CPUS_ENV, None)
+        else:
+            os.environ[parent.TIMING_CPUS_ENV] = pin_env
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,12 @@ from workers.harness import grade, grade_ranked
 from workers.harness.parent import (
     PAIRED_ENV,
     REHEARSAL_ENV,
+    TIMING_CPUS_ENV,
     TIMING_LOCK_ENV,
     _canary_report,
+    pin,
     stopped,
+    timing_cpus,
     timing_turn,
     tree_pids,
 )
@@ -93,6 +96,7 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
     # our reference's calls were taken in the same loop: its median is the baseline
     base = r.details["baseline"]
     assert base["mode"] == "paired" and base["start_s"] > 0
+    assert base["cpus"] == sorted(timing_cpus(0) or []) and len(base["cpus"]) == 1
     phases = r.details["phase_s"]
     assert list(phases) == ["import", "tests", "benchmark"] and all(v > 0 for v in phases.values())
     assert base["start_s"] < phases["benchmark"]
@@ -182,6 +186,46 @@ def test_submission_is_stopped_while_the_reference_is_timed() -> None:
         time.sleep(0.2)
         assert states().isdisjoint({"T", "t"})
         assert _cpu_ticks(pids) > cpu0
+    finally:
+        for pid in tree_pids(proc.pid)[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_timing_cpus_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv(TIMING_CPUS_ENV, raising=False)
+    assert timing_cpus(0) == {allowed[-1]}  # auto: one CPU per GPU, from the last one down
+    assert timing_cpus(1) == {allowed[-2 % len(allowed)]}
+    monkeypatch.setenv(TIMING_CPUS_ENV, "off")
+    assert timing_cpus(0) is None
+    monkeypatch.setenv(TIMING_CPUS_ENV, f"{allowed[0]}, 99999")
+    assert timing_cpus(3) == {allowed[0]}  # a named CPU outside the worker's set is dropped
+    monkeypatch.setenv(TIMING_CPUS_ENV, "99999")
+    assert timing_cpus(0) is None
+    monkeypatch.setenv(TIMING_CPUS_ENV, "last")
+    with pytest.raises(ValueError, match=TIMING_CPUS_ENV):
+        timing_cpus(0)
+
+
+def test_pin_moves_every_thread_of_the_tree() -> None:
+    # a process with a helper thread, and a child process: all of their threads move
+    code = (
+        "import os, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "os.fork()\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(0.5)
+        target = {sorted(os.sched_getaffinity(0))[-1]}
+        job = SimpleNamespace(box=SimpleNamespace(proc=proc))
+        n = pin(job, target)  # type: ignore[arg-type]
+        tids = [int(t) for pid in tree_pids(proc.pid) for t in os.listdir(f"/proc/{pid}/task")]
+        assert n == len(tids) >= 3  # parent: main + helper thread; the forked child: one
+        assert all(os.sched_getaffinity(t) == target for t in tids)
     finally:
         for pid in tree_pids(proc.pid)[::-1]:
             with contextlib.suppress(ProcessLookupError):

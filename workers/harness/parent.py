@@ -1009,6 +1009,50 @@ FRESH_RUNNER = True
 SYMMETRIC = True
 
 
+#: The CPUs both sides' runners are pinned to for a paired loop: "auto" (default) picks one of
+#: the worker's CPUs per GPU (the last, then the one before for the next GPU, ...), a list
+#: ("7" or "6,7") names them, "off" leaves placement to the scheduler. A microVM's vCPUs run at
+#: unequal, changing speeds; host-bound calls follow the speed of the vCPU their process sits
+#: on, and the scheduler keeps a process where it ran, so two unpinned runners can meet two
+#: speeds for a whole loop. On one CPU the two take turns and meet the same one.
+TIMING_CPUS_ENV = "KGRADE_TIMING_CPUS"
+
+
+def timing_cpus(gpu_index: int) -> set[int] | None:
+    """The CPU set for a paired loop on ``gpu_index``'s job, or None to leave placement be."""
+    spec = os.environ.get(TIMING_CPUS_ENV, "auto").strip()
+    allowed = sorted(os.sched_getaffinity(0))
+    if spec == "off" or not allowed:
+        return None
+    if spec == "auto":
+        return {allowed[-1 - gpu_index % len(allowed)]}
+    try:
+        cpus = {int(c) for c in spec.split(",") if c.strip()}
+    except ValueError:
+        raise ValueError(
+            f"{TIMING_CPUS_ENV} must be 'auto', 'off' or CPU numbers, got {spec!r}"
+        ) from None
+    return (cpus & set(allowed)) or None
+
+
+def pin(job: Job, cpus: set[int]) -> int:
+    """Every thread of the job's process tree onto ``cpus`` (from the host); threads and
+    processes started later inherit it. Returns how many threads were pinned."""
+    if job.box is None or not os.path.isdir("/proc"):
+        return 0
+    n = 0
+    for pid in tree_pids(job.box.proc.pid):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone meanwhile
+            continue
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), cpus)
+                n += 1
+    return n
+
+
 def paired_baseline(world: int) -> bool:
     return world == 1 and os.environ.get(PAIRED_ENV, "1") != "0"
 
@@ -1349,6 +1393,11 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         # shapes and dtypes through its allocator and caches) was slower on short calls than a
         # fresh one beside it (docs/perf.md, run 8).
         ref_job = _start_reference(job, fresh=FRESH_RUNNER)
+    # both sides on the same CPU(s), after their start-up (compilers and imports spread out)
+    cpus = timing_cpus(job_gpus(job.world)[0][0]) if ref_job is not None else None
+    if cpus and ref_job is not None:
+        pin(job, cpus)
+        pin(ref_job, cpus)
     t_started = time.monotonic()
     try:
         for b, shape in enumerate(plan["bench"]):
@@ -1369,6 +1418,7 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
             "mode": "paired",
             # restarting the submission's runner and starting ours, before the timed calls
             "start_s": round(t_started - t_setup, 3),
+            "cpus": sorted(cpus) if cpus else None,
             **{
                 sh["name"]: r["profile"]
                 for sh, r in zip(plan["bench"], pairs, strict=True)
