@@ -36,6 +36,7 @@ from workers.harness.parent import (
     tree_pids,
 )
 from workers.harness.timing import MIN_ITERS
+from workers.results import GradeResult
 from workers.verdicts import Verdict
 
 # Correct in every checked test, then wrong or mutating once the timed calls begin: only the
@@ -74,13 +75,14 @@ def _src(exercise: str, rel: str) -> bytes:
     return (load_exercise(exercise).path / rel).read_bytes()
 
 
+def _grade_stable(extra: bytes = b"") -> GradeResult:
+    """A correct merge solution (plus ``extra`` source), graded against the baseline."""
+    src = _src("attention-merge", "solutions/correct/stable_fp32.py") + extra
+    return grade("attention-merge", src, device="cpu", reference_timing=True)
+
+
 def test_correct_solution_is_timed_beside_the_reference() -> None:
-    r = grade(
-        "attention-merge",
-        _src("attention-merge", "solutions/correct/stable_fp32.py"),
-        device="cpu",
-        reference_timing=True,
-    )
+    r = _grade_stable()
     assert r.verdict is Verdict.PASS, r.output
     assert r.details.get("rehearsal") is True
     (t,) = r.timings
@@ -115,9 +117,9 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
 def test_paired_timed_calls_come_from_a_fresh_runner() -> None:
     # The module prints once per import: the tests phase's runner, then the fresh one that
     # takes the timed calls beside ours (logs of both are kept).
-    src = _src("attention-merge", "solutions/correct/stable_fp32.py")
-    src += b"\nimport sys\nprint('kgrade-test: imported', file=sys.stderr, flush=True)\n"
-    r = grade("attention-merge", src, device="cpu", reference_timing=True)
+    r = _grade_stable(
+        b"\nimport sys\nprint('kgrade-test: imported', file=sys.stderr, flush=True)\n"
+    )
     assert r.verdict is Verdict.PASS, r.output
     assert r.logs.count("kgrade-test: imported") == 2, r.logs
 
@@ -130,12 +132,7 @@ def test_a_failing_reference_beside_the_submission_is_our_fault(
     broken = tmp_path / "reference.py"
     broken.write_text("raise RuntimeError('our reference is broken')\n")
     monkeypatch.setattr(Exercise, "reference", property(lambda self: broken))
-    r = grade(
-        "attention-merge",
-        _src("attention-merge", "solutions/correct/stable_fp32.py"),
-        device="cpu",
-        reference_timing=True,
-    )
+    r = _grade_stable()
     assert r.verdict is Verdict.INFRA_ERROR, r.output  # not charged to the student
     assert "reference beside the submission" in r.output and "our reference is broken" in r.output
     assert all(t.passed for t in r.tests)  # the submission's own tests stand
@@ -143,12 +140,7 @@ def test_a_failing_reference_beside_the_submission_is_our_fault(
 
 def test_cached_baseline_and_its_canary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PAIRED_ENV, "0")
-    r = grade(
-        "attention-merge",
-        _src("attention-merge", "solutions/correct/stable_fp32.py"),
-        device="cpu",
-        reference_timing=True,
-    )
+    r = _grade_stable()
     assert r.verdict is Verdict.PASS, r.output
     assert r.details["baseline"] == {"mode": "cached"} and "ref_raw_samples_ms" not in r.details
     (t,) = r.timings

@@ -465,32 +465,30 @@ class Job:
             except EOFError:
                 raise self.runner_gone(phase) from None
 
-    def stop_runner(self) -> None:
-        """End the runner (its logs kept), so that ``start_runner`` can start a fresh one."""
-        for ch in self.chans:
-            with contextlib.suppress(EOFError, OSError):
-                ch.send({"t": "bye"})
-        if self.box:
-            self.box.wait(3)
-            self.box.kill()
-            self.prior_logs += self.box.logs()
-        for ch in self.chans:
-            ch.sock.close()
-        self.chans, self.box = [], None
-
-    def close(self) -> None:
+    def stop_runner(self) -> str:
+        """End the runner, its whole process group whatever happened, and return its logs;
+        ``start_runner`` can then start a fresh one."""
+        logs = ""
         try:
             for ch in self.chans:
-                with contextlib.suppress(EOFError):
+                with contextlib.suppress(EOFError, OSError):
                     ch.send({"t": "bye"})
             if self.box:
                 self.box.wait(3)
         finally:
             if self.box:
-                self.box.kill()  # the whole group, whatever happened
-                self.logs = self.logs or self.box.logs()
+                self.box.kill()
+                logs = self.box.logs()
             for ch in self.chans:
                 ch.sock.close()
+            self.chans, self.box = [], None
+        return logs
+
+    def close(self) -> None:
+        try:
+            logs = self.stop_runner()
+            self.logs = self.logs or logs  # a vanished runner's were read already
+        finally:
             if self.checker:
                 self.checker.close()
             shutil.rmtree(self.root, ignore_errors=True)
@@ -908,6 +906,7 @@ def _timed_call(
     w2 = time.perf_counter()
     m = _slowest_rank(reps)
     kind = "checked" if check else "written" if write else "plain"
+    rep: dict[str, Any] = {}  # the checker's verdict on a probe
     if cost is not None:  # where a call's harness time goes, checked calls apart
         cost[kind, "n"] += 1
         cost[kind, "call"] += w1 - w0
@@ -923,17 +922,14 @@ def _timed_call(
         rep = job.checker.ask(
             {"op": "bench_check", "b": b, "seed": seed, "result": first, "tag": tag, "key": key}
         )
-        for r in range(1, job.world):  # other ranks' snapshots are not read: drop them
-            for o in shape["outputs"]:
-                (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
         if cost is not None:
             cost[kind, "check"] += time.perf_counter() - w2
-        if rep.get("verdict"):
-            raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
-    elif write:
+    if write:  # snapshots nobody reads (other ranks', or unchecked ones) are dropped
         for r in range(job.world):
             for o in shape["outputs"]:
                 (job.root / f"out/{tag}_r{r}_{o['name']}.bin").unlink(missing_ok=True)
+    if rep.get("verdict"):
+        raise Failure(Verdict(rep["verdict"]), f"benchmark {shape['name']}: {rep['message']}")
     return m, wall
 
 
@@ -1353,7 +1349,7 @@ def _start_reference(job: Job, fresh: bool) -> Job:
     )
     try:
         if fresh:
-            job.stop_runner()
+            job.prior_logs += job.stop_runner()
             job.start_runner()
         ref.setup()
         ref.start_runner()
@@ -1386,6 +1382,7 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         rep = job.checker.ask({"op": "canary"})
     canary = {k: float(rep[k]) for k in ("gpu_ms", "host_ms") if k in rep}
     ref_job = None
+    cpus: set[int] | None = None
     t_setup = time.monotonic()
     if paired:
         # Both sides' timed calls come from processes in the same state: fresh, the module
@@ -1393,11 +1390,11 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         # shapes and dtypes through its allocator and caches) was slower on short calls than a
         # fresh one beside it (docs/perf.md, run 8).
         ref_job = _start_reference(job, fresh=FRESH_RUNNER)
-    # both sides on the same CPU(s), after their start-up (compilers and imports spread out)
-    cpus = timing_cpus(job_gpus(job.world)[0][0]) if ref_job is not None else None
-    if cpus and ref_job is not None:
-        pin(job, cpus)
-        pin(ref_job, cpus)
+        # both sides on the same CPU(s), after their start-up (compilers and imports spread out)
+        cpus = timing_cpus(job_gpus(job.world)[0][0])
+        if cpus:
+            pin(job, cpus)
+            pin(ref_job, cpus)
     t_started = time.monotonic()
     try:
         for b, shape in enumerate(plan["bench"]):
