@@ -93,6 +93,7 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
     prof = r.details["bench_profile"][t.name]
     assert prof["calls"] == t.n and 1 <= prof["probes"] <= t.n
     assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
+    assert prof["floor_stop"] is False  # a speedup the clamp keeps is measured in full
     for part in ("call", "snapshot", "check"):  # the checked calls' cost, split
         assert prof[f"checked_{part}_ms"] > 0
     # our reference's calls were taken in the same loop: its median is the baseline
@@ -112,6 +113,28 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
     assert base[t.name]["written_snapshot_ms"] > 0
     can = r.details["canary"]
     assert can["gpu_ms"] > 0 and can["host_ms"] > 0 and "baseline" not in can
+
+
+def test_a_submission_at_the_clamp_floor_ends_its_loop_early() -> None:
+    # Every call 60 ms longer than ours (a slow first attempt): the speedup is at its floor
+    # (1/clamp) after the minimum of calls, so the loop stops there instead of at its budget.
+    r = _grade_stable(
+        b"""
+import time as _time
+_fast = merge_attention
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    _time.sleep(0.06)
+    return _fast(out_a, lse_a, out_b, lse_b)
+"""
+    )
+    assert r.verdict is Verdict.PASS, r.output
+    (t,) = r.timings
+    prof = r.details["bench_profile"][t.name]
+    assert prof["floor_stop"] is True
+    assert MIN_ITERS <= t.n <= MIN_ITERS + 2 and prof["loop_s"] < 5, prof
+    assert r.speedup == pytest.approx(1 / 4.0)  # the exercise's clamp is 4
+    assert r.details["baseline"][t.name]["calls"] >= MIN_ITERS
 
 
 def test_paired_timed_calls_come_from_a_fresh_runner() -> None:

@@ -36,6 +36,20 @@ def test_wall_budget_ends_a_shape() -> None:
     assert not timing.should_stop(noisy[:3], spent_s=0.01, wall_s=1e9)  # MIN_ITERS first
 
 
+def test_past_floor_needs_every_call_beyond_the_clamp() -> None:
+    base = [1.0] * timing.MIN_ITERS
+    slow = [6.0] * timing.MIN_ITERS  # 6x > 4 x 1.25
+    assert timing.past_floor(slow, base, clamp=4.0)
+    # not before each side has its minimum of counted calls
+    assert not timing.past_floor(slow[:-1], base, clamp=4.0)
+    assert not timing.past_floor(slow, base[:-1], clamp=4.0)
+    # one fast call of the submission, or one slow call of ours, keeps the loop going
+    assert not timing.past_floor([*slow[:-1], 4.9], base, clamp=4.0)
+    assert not timing.past_floor(slow, [*base[:-1], 1.3], clamp=4.0)
+    # a submission merely slower than ours (a score the clamp keeps) is measured in full
+    assert not timing.past_floor([3.0] * timing.MIN_ITERS, base, clamp=4.0)
+
+
 def test_keyed_input_digest() -> None:
     import torch
 

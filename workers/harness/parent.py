@@ -1115,6 +1115,7 @@ class _Side:
         self.warmup_calls = 0
         self.warmup_s = 0.0
         self.procs0: int | None = None
+        self.floor_stop = False  # the loop ended because the speedup sat at the clamp floor
 
     def fail(self, verdict: Verdict, message: str) -> Failure:
         if self.baseline:  # our reference failing beside a submission is our fault, not its
@@ -1251,6 +1252,7 @@ class _Side:
                 "settle_calls": self.settled,
                 "probes": self.probes,
                 "loop_s": round(loop_s, 3),
+                "floor_stop": self.floor_stop,
                 "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,
                 # mean ms per call: the call round trip, the snapshot request, the checker
                 **{
@@ -1279,6 +1281,7 @@ def _bench_shape(
             base.calibrate()
     # paired: two processes' calls share the loop's wall-clock budget
     wall_budget = timing.SHAPE_WALL_BUDGET_S * (2 if base is not None else 1)
+    clamp = float(job.ex.scoring["clamp"])
     t_loop = time.monotonic()
     # The call right after a probe (or our reference's written snapshot) meets the host just
     # after that host work (the checker's gold and comparison, files written): it is timed and
@@ -1287,6 +1290,9 @@ def _bench_shape(
     settle = False
     while True:
         wall = time.monotonic() - t_loop
+        if base is not None and timing.past_floor(sub.samples, base.samples, clamp):
+            sub.floor_stop = True  # the score is clamped at its floor: more calls cannot move it
+            break
         # both sides call until both are done, so paired samples stay paired
         done = timing.should_stop(sub.samples, sub.gpu_s, wall, wall_budget) and (
             base is None or timing.should_stop(base.samples, base.gpu_s, wall, wall_budget)

@@ -19,6 +19,9 @@ WARMUP_MIN_S = 0.05
 SIDE_STREAM_RATIO = 0.5  # e_stream < 0.5 * e_sync ...
 SIDE_STREAM_MIN_MS = 0.05  # ... above 50 us: work escaped the timed stream
 CANARY_TOLERANCE = 0.05  # a job's canary this far from the baseline's: a noisy machine
+# A submission whose every call so far took this much longer than clamp x our reference's
+# slowest is at the score's floor; the loop stops there (see past_floor).
+FLOOR_STOP_MARGIN = 1.25
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
 CALL_OVERHEAD_MS = 0.25  # host cost inside the runner's call window around the events
 
@@ -72,6 +75,22 @@ def should_stop(
     mean = statistics.fmean(samples)
     se_mean = statistics.pstdev(samples) / math.sqrt(n) / mean if mean > 0 else math.inf
     return se_mean < TARGET_REL_SE and rel_se_median(samples) < TARGET_REL_SE
+
+
+def past_floor(
+    sub: list[float], base: list[float], clamp: float, margin: float = FLOOR_STOP_MARGIN
+) -> bool:
+    """The submission's speedup is at its clamp floor (1/clamp) whatever more calls would show:
+    each side has its MIN_ITERS counted calls, and the submission's fastest took more than
+    ``clamp * margin`` times our reference's slowest. For a median to cross back, most of the
+    calls still to come would have to land beyond every call seen so far on both sides.
+
+    Why stop: a slow first attempt (a dense torch version, 10-500x our reference's time) would
+    otherwise run the loop until its wall budget, for a number the clamp throws away.
+    """
+    if len(sub) < MIN_ITERS or len(base) < MIN_ITERS or clamp <= 0:
+        return False
+    return min(sub) > clamp * margin * max(base)
 
 
 def side_stream_escape(streams_ms: list[float], syncs_ms: list[float]) -> bool:
