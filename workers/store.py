@@ -283,6 +283,36 @@ class SubmissionStore:
             ).rowcount
         return bool(made_final)
 
+    def requeue(self, submission_id: int, attempt: int, result: dict[str, Any]) -> bool:
+        """Keep ``attempt``'s result for the record (it carries ``requeued``: why) and put the
+        submission back in the queue, unless a result is final already. True when requeued."""
+        now = utcnow()
+        values = {
+            "submission_id": submission_id,
+            "attempt": attempt,
+            "verdict": str(result["verdict"]),
+            "score": float(result.get("score") or 0.0),
+            "gradable": bool(result.get("gradable", True)),
+            "result": result,
+            "created_at": now,
+        }
+        t = submissions_table
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                update(t)
+                .where(t.c.id == submission_id, t.c.status != DONE)
+                .values(
+                    status=QUEUED, progress_phase="requeued", progress_done=0, progress_total=None
+                )
+            ).rowcount
+            if changed:
+                conn.execute(_upsert(conn.dialect.name, values))
+        return bool(changed)
+
+    def requeued(self, submission_id: int) -> int:
+        """How many of the submission's attempts ended in a requeue (see ``requeue``)."""
+        return sum(1 for r in self.results(submission_id) if (r["result"] or {}).get("requeued"))
+
     def results(self, submission_id: int) -> list[dict[str, Any]]:
         r = results_table
         with self.engine.connect() as conn:

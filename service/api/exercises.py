@@ -126,7 +126,9 @@ class ProgressSchema(Schema):
         metadata={
             "description": "queued, starting, grading, then import, tests (cases), "
             "benchmark (shapes; GPU only), for a passing timed submission confirm-import, "
-            "confirm-tests, confirm-benchmark (a second run with new hidden cases), done"
+            "confirm-tests, confirm-benchmark (a second run with new hidden cases), done; "
+            "requeued when a timed run met the GPU off its baseline's state and waits to run "
+            "again (KGRADE_CANARY_REQUEUES)"
         },
     )
     done = fields.Integer(allow_none=True, metadata={"description": "finished in this phase"})

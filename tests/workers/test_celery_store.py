@@ -92,3 +92,79 @@ def test_attempt_cap_records_infra_error_without_grading(
 
 def test_missing_submission_is_dropped(store: st.SubmissionStore) -> None:
     assert tasks.grade_submission.apply(args=[987654]).get()["status"] == "missing"
+
+
+def _timed(off: bool, rehearsal: bool = False) -> dict[str, Any]:
+    """A passing GPU-timed result whose canary was (or was not) off its baseline's."""
+    res = _result("PASS", 1.01)
+    can = {"gpu_ms": 1.1, "host_ms": 0.9, "ratio": {"gpu_ms": 1.1 if off else 1.01}, "off": off}
+    res["kgrade"] = {"details": {"canary": can, **({"rehearsal": True} if rehearsal else {})}}
+    return res
+
+
+def test_canary_off_requeues_once_then_keeps_the_result(
+    store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(tasks.CANARY_REQUEUES_ENV, "1")
+    runs: list[int] = []
+
+    def job(*_a: Any, **_k: Any) -> dict[str, Any]:
+        runs.append(1)
+        return _timed(off=True)
+
+    monkeypatch.setattr(tasks, "run_job", job)
+    sid = _add(store)
+    # eager: the retry is delivered at once (no countdown), as a worker would after 30 s
+    tasks.grade_submission.apply(args=[sid])
+    assert len(runs) == 2
+    first, second = store.results(sid)
+    why = first["result"]["requeued"]
+    assert "canary off" in why and "gpu_ms 1.100" in why
+    assert second["attempt"] == 2 and "requeued" not in second["result"]
+    sub = store.get(sid)
+    assert sub is not None and sub.status == st.DONE and sub.verdict == "PASS"
+    assert sub.attempts == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "result"),
+    [
+        ("0", _timed(off=True)),  # the default: requeues off
+        ("1", _timed(off=False)),  # canary within 5 %
+        ("1", _timed(off=True, rehearsal=True)),  # CPU timings: no speed to protect
+        ("1", {**_timed(off=True), "verdict": "WRONG_ANSWER"}),  # nothing timed to redo
+    ],
+)
+def test_results_that_are_not_requeued(
+    store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch, env: str, result: dict[str, Any]
+) -> None:
+    monkeypatch.setenv(tasks.CANARY_REQUEUES_ENV, env)
+    monkeypatch.setattr(tasks, "run_job", lambda *_a, **_k: result)
+    sid = _add(store)
+    out = tasks.grade_submission.apply(args=[sid]).get()
+    assert out["attempt"] == 1 and _count_results(store, sid) == 1
+
+
+def test_a_requeue_is_not_a_lost_worker(
+    store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One attempt requeued for the canary, one lost with its worker: the third still grades.
+    sid = _add(store)
+    assert store.start_attempt(sid) == 1
+    assert store.requeue(sid, 1, {**_timed(off=True), "requeued": "canary off"})
+    assert store.start_attempt(sid) == 2  # this delivery's worker is lost mid-job
+    monkeypatch.setattr(tasks, "run_job", lambda *_a, **_k: _timed(off=False))
+    out = tasks.grade_submission.apply(args=[sid]).get()
+    assert out == {"submission_id": sid, "attempt": 3, "verdict": "PASS"}
+    # a final result is never requeued afterwards
+    assert store.requeue(sid, 3, {**_timed(off=True), "requeued": "late"}) is False
+    assert store.requeued(sid) == 1
+
+
+def test_canary_requeues_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tasks.CANARY_REQUEUES_ENV, "2")
+    assert tasks.canary_requeues() == 2
+    for bad in ("x", "-1"):
+        monkeypatch.setenv(tasks.CANARY_REQUEUES_ENV, bad)
+        with pytest.raises(ValueError, match=tasks.CANARY_REQUEUES_ENV):
+            tasks.canary_requeues()
