@@ -218,9 +218,7 @@ class SubmissionStore:
         t = submissions_table
         with self.engine.begin() as conn:
             changed = conn.execute(
-                update(t)
-                .where(t.c.id == submission_id, t.c.status != DONE)
-                .values(
+                _unless_final(submission_id).values(
                     attempts=t.c.attempts + 1,
                     status=RUNNING,
                     started_at=utcnow(),
@@ -236,12 +234,11 @@ class SubmissionStore:
             )
 
     def set_progress(self, submission_id: int, phase: str, done: int, total: int | None) -> None:
-        t = submissions_table
         with self.engine.begin() as conn:
             conn.execute(
-                update(t)
-                .where(t.c.id == submission_id, t.c.status != DONE)
-                .values(progress_phase=phase[:32], progress_done=done, progress_total=total)
+                _unless_final(submission_id).values(
+                    progress_phase=phase[:32], progress_done=done, progress_total=total
+                )
             )
 
     def save_result(self, submission_id: int, attempt: int, result: dict[str, Any]) -> bool:
@@ -249,34 +246,20 @@ class SubmissionStore:
 
         Returns True when this result became the submission's final one.
         """
-        verdict = str(result["verdict"])
-        score = float(result.get("score") or 0.0)
-        gradable = bool(result.get("gradable", True))
-        now = utcnow()
-        values = {
-            "submission_id": submission_id,
-            "attempt": attempt,
-            "verdict": verdict,
-            "score": score,
-            "gradable": gradable,
-            "result": result,
-            "created_at": now,
-        }
+        values = _result_row(submission_id, attempt, result)
         t = submissions_table
         with self.engine.begin() as conn:
             stmt = _upsert(conn.dialect.name, values)
             conn.execute(stmt)
             made_final = conn.execute(
-                update(t)
-                .where(t.c.id == submission_id, t.c.status != DONE)
-                .values(
+                _unless_final(submission_id).values(
                     status=DONE,
-                    verdict=verdict,
-                    score=score,
-                    gradable=gradable,
+                    verdict=values["verdict"],
+                    score=values["score"],
+                    gradable=values["gradable"],
                     speedup=_speedup(result),
                     result_attempt=attempt,
-                    finished_at=now,
+                    finished_at=values["created_at"],
                     progress_phase="done",
                     progress_done=t.c.progress_total,
                 )
@@ -286,22 +269,10 @@ class SubmissionStore:
     def requeue(self, submission_id: int, attempt: int, result: dict[str, Any]) -> bool:
         """Keep ``attempt``'s result for the record (it carries ``requeued``: why) and put the
         submission back in the queue, unless a result is final already. True when requeued."""
-        now = utcnow()
-        values = {
-            "submission_id": submission_id,
-            "attempt": attempt,
-            "verdict": str(result["verdict"]),
-            "score": float(result.get("score") or 0.0),
-            "gradable": bool(result.get("gradable", True)),
-            "result": result,
-            "created_at": now,
-        }
-        t = submissions_table
+        values = _result_row(submission_id, attempt, result)
         with self.engine.begin() as conn:
             changed = conn.execute(
-                update(t)
-                .where(t.c.id == submission_id, t.c.status != DONE)
-                .values(
+                _unless_final(submission_id).values(
                     status=QUEUED, progress_phase="requeued", progress_done=0, progress_total=None
                 )
             ).rowcount
@@ -320,6 +291,24 @@ class SubmissionStore:
                 select(r).where(r.c.submission_id == submission_id).order_by(r.c.attempt)
             ).mappings()
             return [dict(row) for row in rows]
+
+
+def _unless_final(submission_id: int) -> Any:
+    """An UPDATE of the submission that changes nothing once its result is final."""
+    t = submissions_table
+    return update(t).where(t.c.id == submission_id, t.c.status != DONE)
+
+
+def _result_row(submission_id: int, attempt: int, result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "submission_id": submission_id,
+        "attempt": attempt,
+        "verdict": str(result["verdict"]),
+        "score": float(result.get("score") or 0.0),
+        "gradable": bool(result.get("gradable", True)),
+        "result": result,
+        "created_at": utcnow(),
+    }
 
 
 def _upsert(dialect: str, values: dict[str, Any]) -> Any:
