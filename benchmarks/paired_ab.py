@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args(argv)
     variants = args.variant or list(VARIANTS)
-    rows: list[tuple[str, str, int, str, float, float, float, float, float]] = []
+    ratios: dict[tuple[str, str], list[float]] = {}  # (exercise, variant): ref/sub per shape
     print(
         f"{'exercise':<16} {'variant':<11} rep {'shape':<22} {'sub_ms':>8} {'ref_ms':>8} "
         f"{'ref/sub':>8} {'relSE':>7} {'rt_sub':>7} {'rt_ref':>7} {'time_s':>7}",
@@ -86,19 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     base = (r.details.get("baseline") or {}).get(t.name) or {}
                     rt_sub, rt_ref = prof.get("plain_call_ms", 0), base.get("plain_call_ms", 0)
                     ratio = (t.ref_median_ms or 0) / t.median_ms
-                    rows.append(
-                        (
-                            eid,
-                            v,
-                            rep,
-                            t.name,
-                            t.median_ms,
-                            t.ref_median_ms or 0,
-                            ratio,
-                            prof.get("rel_se") or 0,
-                            el,
-                        )
-                    )
+                    ratios.setdefault((eid, v), []).append(ratio)
                     print(
                         f"{eid:<16} {v:<11} {rep:>3} {t.name[:22]:<22} {t.median_ms:8.4f} "
                         f"{t.ref_median_ms or 0:8.4f} {ratio:8.4f} {prof.get('rel_se') or 0:7.4f} "
@@ -108,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper exercise and variant: geomean of ref/sub over shapes and reps (1.0 = unbiased)")
     for eid in args.exercise:
         for v in variants:
-            rs = [r[6] for r in rows if r[0] == eid and r[1] == v]
+            rs = ratios.get((eid, v))
             if rs:
                 gm = statistics.geometric_mean(rs)
                 print(

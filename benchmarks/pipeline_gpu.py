@@ -185,6 +185,7 @@ def poll(
                 result = body.get("result") or {}
                 job.output = (result.get("output") or "")[:300]
                 kg = result.get("kgrade") or {}
+                details = kg.get("details") or {}
                 job.seconds = kg.get("elapsed_s")
                 if job.speedup is None:
                     job.speedup = kg.get("speedup")
@@ -200,15 +201,15 @@ def poll(
                         }
                         for t in kg.get("timings") or []
                     ],
-                    "raw_samples_ms": (kg.get("details") or {}).get("raw_samples_ms"),
+                    "raw_samples_ms": details.get("raw_samples_ms"),
                     # our reference's calls beside these (paired) or the cached baseline's mode
-                    "baseline": (kg.get("details") or {}).get("baseline"),
+                    "baseline": details.get("baseline"),
                     # seconds per grading phase (import includes the job's start-up)
-                    "phase_s": (kg.get("details") or {}).get("phase_s"),
-                    "ref_raw_samples_ms": (kg.get("details") or {}).get("ref_raw_samples_ms"),
-                    "bench_profile": (kg.get("details") or {}).get("bench_profile"),
+                    "phase_s": details.get("phase_s"),
+                    "ref_raw_samples_ms": details.get("ref_raw_samples_ms"),
+                    "bench_profile": details.get("bench_profile"),
                     # the machine's state against the baseline's (workers.harness canary)
-                    "canary": (kg.get("details") or {}).get("canary"),
+                    "canary": details.get("canary"),
                     "gpus": (kg.get("hardware") or {}).get("gpus"),
                 }
                 if on_done is not None:

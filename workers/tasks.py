@@ -48,6 +48,7 @@ from workers.celery_app import (
     health_check,
     var_dir,
 )
+from workers.harness.timing import CANARY_TOLERANCE
 from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
 from workers.store import DONE, SubmissionStore, database_url
 
@@ -98,7 +99,7 @@ def canary_off(result: dict[str, Any]) -> str | None:
     if result.get("verdict") != "PASS" or details.get("rehearsal") or not can.get("off"):
         return None
     ratio = ", ".join(f"{k} {v:.3f}" for k, v in sorted((can.get("ratio") or {}).items()))
-    return f"canary off its baseline's by more than 5 % ({ratio})"
+    return f"canary off its baseline's by more than {CANARY_TOLERANCE:.0%} ({ratio})"
 
 
 @cache

@@ -966,10 +966,16 @@ def _proc_stat(pid: int) -> list[bytes] | None:
     return st[st.rindex(b")") + 2 :].split()
 
 
-def _job_processes(job: Job) -> int | None:
+def _job_pids(job: Job) -> list[int] | None:
+    """The job's sandbox process tree as the host sees it; None without a runner or /proc."""
     if job.box is None or not os.path.isdir("/proc"):
         return None
-    return len(tree_pids(job.box.proc.pid))
+    return tree_pids(job.box.proc.pid)
+
+
+def _job_processes(job: Job) -> int | None:
+    pids = _job_pids(job)
+    return None if pids is None else len(pids)
 
 
 def _slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1034,10 +1040,8 @@ def timing_cpus(gpu_index: int) -> set[int] | None:
 def pin(job: Job, cpus: set[int]) -> int:
     """Every thread of the job's process tree onto ``cpus`` (from the host); threads and
     processes started later inherit it. Returns how many threads were pinned."""
-    if job.box is None or not os.path.isdir("/proc"):
-        return 0
     n = 0
-    for pid in tree_pids(job.box.proc.pid):
+    for pid in _job_pids(job) or []:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:  # gone meanwhile
@@ -1059,7 +1063,7 @@ def stopped(job: Job) -> Iterator[None]:
     paired loop takes its timed call. For the submission: nothing it left running can load the
     host or the GPU queue against the baseline (its last call ended device-synchronised, so no
     work of its own is in flight either). For ours: both sides resume from a stop alike."""
-    pids = tree_pids(job.box.proc.pid) if job.box is not None and os.path.isdir("/proc") else []
+    pids = _job_pids(job) or []
     sent = []
     try:
         for pid in pids:
