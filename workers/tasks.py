@@ -92,6 +92,11 @@ def canary_requeues() -> int:
     return n
 
 
+def _max_retries() -> int:
+    """Celery's cap on redeliveries: the lost-worker runs plus the canary's requeues."""
+    return MAX_RUNS + canary_requeues()
+
+
 def canary_off(result: dict[str, Any]) -> str | None:
     """Why a passing GPU-timed result met a machine off its baseline's state, or None."""
     details = (result.get("kgrade") or {}).get("details") or {}
@@ -326,9 +331,7 @@ def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
         if reason and requeued < canary_requeues():
             log.warning("submission %s attempt %s requeued: %s", sub.id, attempt, reason)
             if store.requeue(submission_id, attempt, {**result, "requeued": reason}):
-                raise self.retry(
-                    countdown=CANARY_REQUEUE_DELAY_S, max_retries=MAX_RUNS + canary_requeues()
-                )
+                raise self.retry(countdown=CANARY_REQUEUE_DELAY_S, max_retries=_max_retries())
     store.save_result(submission_id, attempt, result)
     return {"submission_id": submission_id, "attempt": attempt, "verdict": result["verdict"]}
 
@@ -360,7 +363,7 @@ def _grade(task: Any, sub: Any, attempt: int, runs: int) -> dict[str, Any]:
         log.error("submission %s attempt %s: %s", sub.id, attempt, exc)
         if runs < MAX_RUNS:
             # Infrastructure errors are the only ones retried; the next delivery counts too.
-            raise task.retry(countdown=5, max_retries=MAX_RUNS + canary_requeues()) from exc
+            raise task.retry(countdown=5, max_retries=_max_retries()) from exc
         return failure_result("INFRA_ERROR", "the grader failed; this was not charged")
 
 

@@ -1426,18 +1426,14 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
             # restarting the submission's runner and starting ours, before the timed calls
             "start_s": round(t_started - t_setup, 3),
             "cpus": sorted(cpus) if cpus else None,
-            **{
-                sh["name"]: r["profile"]
-                for sh, r in zip(plan["bench"], pairs, strict=True)
-                if r is not None
-            },
+            **_by_shape(plan, pairs, lambda r: r["profile"]),
         }
-        res.details["canary"] = _canary_report(canary, None)
-    else:
-        if reference:
-            refs = reference_times(job.ex, plan, res)
-            res.details["baseline"] = {"mode": "cached"}
-        res.details["canary"] = _canary_report(canary, _REF_CACHE.get(_canary_key(job.ex, res)))
+    elif reference:
+        refs = reference_times(job.ex, plan, res)
+        res.details["baseline"] = {"mode": "cached"}
+    # a paired baseline is timed in this job: there is no cached machine state to compare with
+    cached = None if paired else _REF_CACHE.get(_canary_key(job.ex, res))
+    res.details["canary"] = _canary_report(canary, cached)
     res.details["canary"]["turn_wait_s"] = round(canary_wait, 3)
     clamp = float(job.ex.scoring["clamp"])
     speedups = []
@@ -1462,21 +1458,23 @@ def _phase_bench(job: Job, plan: dict[str, Any], res: GradeResult, reference: bo
         )
         if s["review"]:
             res.details.setdefault("review", []).append(shape["name"])
-    res.details["bench_profile"] = {
-        sh["name"]: s["profile"] for sh, s in zip(plan["bench"], subs, strict=True)
-    }
-    res.details["raw_samples_ms"] = {
-        sh["name"]: [round(x, 5) for x in s["samples"]]
-        for sh, s in zip(plan["bench"], subs, strict=True)
-    }
+    res.details["bench_profile"] = _by_shape(plan, subs, lambda s: s["profile"])
+    res.details["raw_samples_ms"] = _by_shape(plan, subs, _raw_samples)
     if paired:
-        res.details["ref_raw_samples_ms"] = {
-            sh["name"]: [round(x, 5) for x in r["samples"]]
-            for sh, r in zip(plan["bench"], pairs, strict=True)
-            if r is not None
-        }
+        res.details["ref_raw_samples_ms"] = _by_shape(plan, pairs, _raw_samples)
     if speedups and len(speedups) == len(subs):
         res.speedup = timing.geomean(speedups)
+
+
+def _by_shape(
+    plan: dict[str, Any], loops: list[dict[str, Any] | None], pick: Callable[[dict[str, Any]], Any]
+) -> dict[str, Any]:
+    """``pick`` of each shape's timed loop (as ``_bench_shape`` returns it), by shape name."""
+    return {sh["name"]: pick(r) for sh, r in zip(plan["bench"], loops, strict=True) if r}
+
+
+def _raw_samples(loop: dict[str, Any]) -> list[float]:
+    return [round(x, 5) for x in loop["samples"]]
 
 
 def _canary_report(now: dict[str, float], base: dict[str, float] | None) -> dict[str, Any]:
