@@ -9,13 +9,19 @@ HOST ?= 127.0.0.1
 STAMP := $(VENV)/.kgrade-installed
 # Where make test keeps its PostgreSQL and Redis (started by deploy/dev/services.sh).
 TEST_ENV := var/test-services.env
+# Browser assets: npm packages pinned in frontend/package-lock.json, built by frontend/build.mjs.
+FRONTEND := frontend
+VENDOR := service/static/vendor
+NPM_STAMP := $(FRONTEND)/node_modules/.kgrade-npm
+ASSETS_STAMP := $(VENDOR)/.built
 
-.PHONY: help install run test services stop-services lint format clean
+.PHONY: help install assets run test services stop-services lint format clean
 
 help:
 	@echo "make run    set up, migrate and serve kgrade on http://$(HOST):$(PORT) (SQLite)"
 	@echo "make test   set up, start PostgreSQL/Redis, run the whole suite"
 	@echo "make lint   ruff check + format check"
+	@echo "make assets npm ci + build the pinned browser assets into $(VENDOR)/ (part of set-up)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +34,22 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-install: $(STAMP)
+# npm ci only when the lock changed; the build only when its inputs did. npm ci empties
+# node_modules first, so the stamp inside it goes with it.
+$(NPM_STAMP): $(FRONTEND)/package-lock.json $(FRONTEND)/package.json
+	@command -v npm >/dev/null && command -v node >/dev/null || { \
+	  echo "error: npm/node not found: install Debian's nodejs and npm (apt-get install -y nodejs npm)" >&2; \
+	  exit 1; }
+	cd $(FRONTEND) && npm ci --no-audit --no-fund
+	touch $@
+
+$(ASSETS_STAMP): $(NPM_STAMP) $(FRONTEND)/build.mjs $(wildcard $(FRONTEND)/src/*)
+	node $(FRONTEND)/build.mjs
+	touch $@
+
+assets: $(ASSETS_STAMP)
+
+install: $(STAMP) assets
 
 run: install
 	$(BIN)/kgrade serve --host $(HOST) --port $(PORT)
@@ -52,4 +73,4 @@ format: install
 	$(BIN)/ruff check --fix .
 
 clean: stop-services
-	rm -rf $(VENV) var build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) var build *.egg-info .pytest_cache .ruff_cache $(FRONTEND)/node_modules $(VENDOR)

@@ -21,6 +21,7 @@ from flask_smorest import abort
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.db.courses import Course
 from service.db.tokens import ROLES, ApiToken
 
 TOKEN_PREFIX = "kg_"
@@ -29,9 +30,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Principal:
-    token_id: int
+    """Who acts, in which course and role: from a bearer token or a page's session."""
+
+    token_id: int | None
     name: str
     role: str
+    user_id: int
+    course_id: int
 
     @property
     def is_instructor(self) -> bool:
@@ -42,15 +47,31 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def create_token(session: Session, *, role: str, name: str) -> tuple[ApiToken, str]:
-    """Store a new token for ``name`` in ``role``; returns the row and the plaintext token."""
+def create_token(
+    session: Session, *, role: str, name: str, course: Course | None = None
+) -> tuple[ApiToken, str]:
+    """Store a new token for ``name`` in ``role`` in ``course`` (default: the ``default``
+    course); returns the row and the plaintext token. Tokens of one name are one local user,
+    who becomes a member of the course in that role."""
+    from service.core import people
+
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
     name = name.strip()
     if not name or len(name) > 200:
         raise ValueError("name must be 1 to 200 characters")
+    course = course or people.default_course(session)
+    user = people.local_user(session, name)
+    people.enrol(session, course, user, role, source="token")
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, role=role, token_hash=hash_token(plaintext), revoked=False)
+    row = ApiToken(
+        name=name,
+        role=role,
+        token_hash=hash_token(plaintext),
+        revoked=False,
+        user_id=user.id,
+        course_id=course.id,
+    )
     session.add(row)
     session.flush()
     return row, plaintext
@@ -70,12 +91,24 @@ def authenticate(session: Session, token: str) -> Principal | None:
     digest = hash_token(token)
     row = session.execute(
         select(
-            ApiToken.id, ApiToken.name, ApiToken.role, ApiToken.token_hash, ApiToken.revoked
+            ApiToken.id,
+            ApiToken.name,
+            ApiToken.role,
+            ApiToken.token_hash,
+            ApiToken.revoked,
+            ApiToken.user_id,
+            ApiToken.course_id,
         ).where(ApiToken.token_hash == digest)
     ).first()
     if row is None or row.revoked or not hmac.compare_digest(row.token_hash, digest):
         return None
-    return Principal(token_id=row.id, name=row.name, role=row.role)
+    return Principal(
+        token_id=row.id,
+        name=row.name,
+        role=row.role,
+        user_id=row.user_id,
+        course_id=row.course_id,
+    )
 
 
 def _unauthorized(message: str) -> None:

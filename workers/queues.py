@@ -14,6 +14,14 @@ QUEUE_GPU = "gpu"
 QUEUE_GPU_X2 = "gpu-x2"
 QUEUES: tuple[str, ...] = (QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2)
 
+#: The LMS-facing queue (grade passback, roster sync), consumed by a worker of the service's
+#: (``celery -A service.worker``), never by a grading worker: a passback must not wait behind a
+#: kernel grading.
+QUEUE_LTI = "lti"
+#: The task a grading worker sends, by name, when an assignment's submission got its final
+#: result (the service posts the grade to the LMS). Named, so workers never import service.
+GRADED_TASK = "kgrade.lti.grading_finished"
+
 
 def queue_for(device: str, gpus: int = 1) -> str:
     """The queue for a job on ``device`` ("cpu" or "cuda") needing ``gpus`` GPUs."""

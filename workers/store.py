@@ -57,18 +57,29 @@ RESULTS = "submission_results"
 def define_tables(metadata: MetaData, *, foreign_keys: bool = True) -> tuple[Table, Table]:
     """Create the ``submissions`` and ``submission_results`` tables on ``metadata``.
 
-    ``foreign_keys=False`` leaves out the reference to the service's ``api_tokens`` table, which
-    the worker's private metadata does not know (the database still enforces it).
+    ``foreign_keys=False`` leaves out the references to the service's tables (tokens, courses,
+    users, assignments), which the worker's private metadata does not know (the database still
+    enforces them).
     """
-    token_fk = [ForeignKey("api_tokens.id")] if foreign_keys else []
+
+    def fk(target: str, **kw: Any) -> list[ForeignKey]:
+        return [ForeignKey(target, **kw)] if foreign_keys else []
+
     submissions = Table(
         SUBMISSIONS,
         metadata,
         Column("id", Integer, primary_key=True),
         Column("exercise_id", String(64), nullable=False),
-        # Grades are per student name (as for quiz attempts), the token says who sent it.
+        # Every submission belongs to one course and one user (as quiz attempts do); ``student``
+        # is the name shown, the token (null from a page) says what sent it.
+        Column("course_id", Integer, *fk("courses.id"), nullable=False),
+        Column("user_id", Integer, *fk("users.id"), nullable=False),
         Column("student", String(200), nullable=False),
-        Column("token_id", Integer, *token_fk, nullable=False),
+        # The assignment it was made for (its grade goes to that LMS column), or null.
+        Column(
+            "assignment_id", String(32), *fk("assignments.id", ondelete="SET NULL"), nullable=True
+        ),
+        Column("token_id", Integer, *fk("api_tokens.id"), nullable=True),
         Column("source", Text, nullable=False),
         Column("source_sha256", String(64), nullable=False),
         Column("filename", String(255), nullable=True),
@@ -94,6 +105,7 @@ def define_tables(metadata: MetaData, *, foreign_keys: bool = True) -> tuple[Tab
         Column("started_at", DateTime(timezone=True), nullable=True),
         Column("finished_at", DateTime(timezone=True), nullable=True),
         Index("ix_submissions_student", "student"),
+        Index("ix_submissions_course_user", "course_id", "user_id"),
         Index("ix_submissions_exercise_verdict", "exercise_id", "verdict"),
     )
     results = Table(
@@ -181,6 +193,7 @@ class Submission:
     attempts: int
     verdict: str | None
     reference: bool = False
+    assignment_id: str | None = None
 
 
 class SubmissionStore:
@@ -206,6 +219,7 @@ class SubmissionStore:
             attempts=row["attempts"],
             verdict=row["verdict"],
             reference=bool(row["reference"]),
+            assignment_id=row["assignment_id"],
         )
 
     def start_attempt(self, submission_id: int) -> int | None:

@@ -49,6 +49,7 @@ from workers.celery_app import (
     var_dir,
 )
 from workers.harness.timing import CANARY_TOLERANCE
+from workers.queues import GRADED_TASK, QUEUE_LTI
 from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
 from workers.store import DONE, SubmissionStore, database_url
 
@@ -332,8 +333,18 @@ def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
             log.warning("submission %s attempt %s requeued: %s", sub.id, attempt, reason)
             if store.requeue(submission_id, attempt, {**result, "requeued": reason}):
                 raise self.retry(countdown=CANARY_REQUEUE_DELAY_S, max_retries=_max_retries())
-    store.save_result(submission_id, attempt, result)
+    if store.save_result(submission_id, attempt, result) and sub.assignment_id is not None:
+        _announce_graded(submission_id)
     return {"submission_id": submission_id, "attempt": attempt, "verdict": result["verdict"]}
+
+
+def _announce_graded(submission_id: int) -> None:
+    """Tell the service that an assignment's submission is final (it posts the grade to the
+    LMS). Best effort: the grade stands, and the instructor can re-send it."""
+    try:
+        app.send_task(GRADED_TASK, args=[submission_id], queue=QUEUE_LTI)
+    except Exception:  # noqa: BLE001 - a broker hiccup must not fail a finished grading
+        log.warning("submission %s: could not announce its result", submission_id, exc_info=True)
 
 
 def _grade(task: Any, sub: Any, attempt: int, runs: int) -> dict[str, Any]:

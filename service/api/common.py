@@ -32,6 +32,7 @@ from werkzeug.exceptions import HTTPException
 
 from service.api.errors import ErrorSchema
 from service.auth import current_principal, requires
+from service.core.errors import ServiceError
 from service.db import write_intent
 from service.db.attempts import IdempotencyRecord
 from service.extensions import db
@@ -75,7 +76,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Malformed request (invalid JSON body, bad header)",
     401: "Missing, malformed, invalid or revoked bearer token",
     403: "The token's role may not use this endpoint, or the resource is another student's",
-    404: "Unknown quiz, attempt or item",
+    404: "Unknown quiz, attempt, item, submission or assignment (or another course's)",
     409: "Conflicts with the stored state (already answered, submitted, attempt limit, exists)",
     413: "Request body larger than the configured limit",
     422: "The body, query or header failed validation; `errors` names each field",
@@ -115,7 +116,7 @@ def endpoint(
     roles = tuple(roles)
 
     def decorator(func: F) -> F:
-        f: Callable[..., Any] = func
+        f: Callable[..., Any] = _service_errors(func)
         if write or idempotent:
             f = _transactional(f, idempotent=idempotent)
         f = requires(*roles)(f)
@@ -129,6 +130,27 @@ def endpoint(
         return f  # type: ignore[return-value]
 
     return decorator
+
+
+def abort_for(exc: ServiceError) -> None:
+    """The JSON error of a service-layer refusal (status, sentence, the field it names)."""
+    kwargs: dict[str, Any] = {"message": str(exc)}
+    if exc.errors:
+        kwargs["errors"] = exc.errors
+    if exc.headers:
+        kwargs["headers"] = exc.headers
+    abort(exc.status, **kwargs)
+
+
+def _service_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ServiceError as exc:
+            abort_for(exc)
+
+    return wrapper
 
 
 def _request_hash() -> str:

@@ -19,8 +19,9 @@ from service.api.schemas import (
     QuizSummarySchema,
     QuizViewSchema,
 )
-from service.api.views import quiz_summary, quiz_view
 from service.auth import current_principal
+from service.core.attempts import load_quiz
+from service.core.views import quiz_summary, quiz_view
 from service.db.attempts import Attempt
 from service.extensions import db
 
@@ -90,11 +91,7 @@ class ExportQuerySchema(Schema):
 
 
 def load_quiz_or_404(quiz_id: str) -> Quiz:
-    try:
-        return store.get_quiz(db.session, quiz_id)
-    except store.QuizNotFound:
-        field_error(404, "path", "quiz_id", f"unknown quiz {quiz_id!r}")
-        raise  # unreachable: field_error aborts
+    return load_quiz(db.session, quiz_id)
 
 
 def json_body() -> Any:
@@ -140,7 +137,7 @@ class Quizzes(MethodView):
         """List quizzes
 
         Titles and descriptions in the requested language. For students, `attempts_used`
-        counts their attempts at each quiz.
+        counts their attempts at each quiz outside assignments (assignments count their own).
         """
         quizzes = store.list_quizzes(db.session)
         out = [quiz_summary(q, args["lang"]) for q in quizzes]
@@ -149,7 +146,11 @@ class Quizzes(MethodView):
             used = dict(
                 db.session.execute(
                     select(Attempt.quiz_id, func.count())
-                    .where(Attempt.student == principal.name)
+                    .where(
+                        Attempt.user_id == principal.user_id,
+                        Attempt.course_id == principal.course_id,
+                        Attempt.assignment_id.is_(None),
+                    )
                     .group_by(Attempt.quiz_id)
                 ).all()
             )

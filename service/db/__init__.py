@@ -83,4 +83,28 @@ def is_postgres(engine_or_conn: Any) -> bool:
     return engine_or_conn.dialect.name == "postgresql"
 
 
-__all__ = ["Base", "UTCDateTime", "load_models", "make_engine", "utcnow", "write_intent"]
+def advisory_lock(session: Any, key: str) -> None:
+    """Serialize writers of ``key`` until the transaction ends (a check-then-insert, such as an
+    attempt limit, then holds under races). SQLite needs nothing: its writes already run under
+    BEGIN IMMEDIATE (``write_intent``)."""
+    if is_postgres(session.get_bind()):
+        import hashlib
+
+        from sqlalchemy import text
+
+        digest = hashlib.sha256(key.encode()).digest()
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:k)"),
+            {"k": int.from_bytes(digest[:8], "big", signed=True)},
+        )
+
+
+__all__ = [
+    "Base",
+    "UTCDateTime",
+    "advisory_lock",
+    "load_models",
+    "make_engine",
+    "utcnow",
+    "write_intent",
+]

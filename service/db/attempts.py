@@ -26,13 +26,26 @@ SUBMITTED = "submitted"
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (Index("ix_attempts_quiz_student", "quiz_id", "student"),)
+    __table_args__ = (
+        Index("ix_attempts_quiz_student", "quiz_id", "student"),
+        Index("ix_attempts_course_user", "course_id", "user_id"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     quiz_id: Mapped[str] = mapped_column(String(64), ForeignKey("quizzes.id"))
-    # Grades are per student name, so a student who is issued a new token keeps their attempts.
+    course_id: Mapped[int] = mapped_column(Integer, ForeignKey("courses.id"))
+    # Grades are per user (a student issued a new token, or launching again, keeps them);
+    # ``student`` is the name shown, as it was when the attempt started.
+    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id"))
     student: Mapped[str] = mapped_column(String(200))
-    token_id: Mapped[int] = mapped_column(Integer, ForeignKey("api_tokens.id"))
+    # Null when started from the catalogue (API or stand-alone page) rather than an assignment.
+    assignment_id: Mapped[str | None] = mapped_column(
+        String(32), ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True
+    )
+    # The API token that started it; null for attempts started from a page.
+    token_id: Mapped[int | None] = mapped_column(
+        Integer, ForeignKey("api_tokens.id"), nullable=True
+    )
     number: Mapped[int] = mapped_column(Integer)
     lang: Mapped[str] = mapped_column(String(8))
     status: Mapped[str] = mapped_column(String(16), default=IN_PROGRESS)

@@ -24,8 +24,12 @@ import pytest
 from flask import Flask
 from sqlalchemy import create_engine, func, insert, select
 
+from service.auth import create_token
+from service.db import write_intent
+from service.db.courses import User
 from service.db.submissions import submission_results, submissions
 from service.db.tokens import ApiToken
+from service.extensions import db
 from tests.service.conftest import REPO, World, db_engine, table_snapshot
 from tests.service.test_api_bad_input import MALFORMED_BODIES
 from workers.exercises import list_exercises, load_exercise
@@ -219,12 +223,21 @@ def test_leaderboard_ranks_best_passing_run_per_student(world: World, app: Flask
         ("carol", "TIMEOUT", None, False),
         ("prof", "PASS", 9.0, True),  # a reference run is never ranked
     ]
+    with app.app_context(), write_intent():
+        # carol has no token: a student of the course all the same.
+        create_token(db.session, role="student", name="carol")
+        db.session.commit()
     with db_engine(app).begin() as conn:
-        token_id = conn.execute(select(ApiToken.id).where(ApiToken.name == "prof")).scalar_one()
+        token_id, course_id = conn.execute(
+            select(ApiToken.id, ApiToken.course_id).where(ApiToken.name == "prof")
+        ).one()
+        users = dict(conn.execute(select(User.sub, User.id)).all())
         for student, verdict, speedup, ref in rows:
             conn.execute(
                 insert(submissions).values(
                     exercise_id=EXERCISE,
+                    course_id=course_id,
+                    user_id=users[student],
                     student=student,
                     token_id=token_id,
                     source="x",

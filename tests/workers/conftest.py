@@ -50,6 +50,8 @@ def add_queued_submission(
             insert(st.submissions_table)
             .values(
                 exercise_id=exercise_id,
+                course_id=1,
+                user_id=1,
                 student="ada",
                 token_id=1,
                 source=source,

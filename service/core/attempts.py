@@ -1,0 +1,307 @@
+"""Taking a quiz: start an attempt, answer items with immediate feedback, submit for a score.
+
+Shared by the REST API and the pages. Attempts live in a course; a student reaches only their
+own, an instructor every attempt of their course. An attempt made for an assignment follows its
+rules (language, attempts allowed, due date) and its score goes to the assignment's grade.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from item_bank.model import Quiz
+from service import grading, quizzes_store
+from service.auth import Principal
+from service.core import assignments as assignments_
+from service.core import grades
+from service.core.errors import conflict, forbidden, invalid, not_found
+from service.core.views import item_view, response_view
+from service.db import advisory_lock
+from service.db.attempts import IN_PROGRESS, SUBMITTED, Attempt, ResponseRecord
+from service.db.base import utcnow
+from service.db.courses import Assignment
+
+_ATTEMPT_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def load_quiz(session: Session, quiz_id: str, *, field: str = "quiz_id") -> Quiz:
+    try:
+        return quizzes_store.get_quiz(session, quiz_id)
+    except quizzes_store.QuizNotFound:
+        raise not_found(field, f"unknown quiz {quiz_id!r}") from None
+
+
+def attempt_limit(quiz: Quiz, assignment: Assignment | None) -> int | None:
+    return assignment.allowed_attempts if assignment is not None else quiz.settings.allowed_attempts
+
+
+def _same_target(quiz_id: str, actor: Principal, assignment: Assignment | None) -> list[Any]:
+    where = [
+        Attempt.quiz_id == quiz_id,
+        Attempt.course_id == actor.course_id,
+        Attempt.user_id == actor.user_id,
+    ]
+    where.append(
+        Attempt.assignment_id == assignment.id
+        if assignment is not None
+        else Attempt.assignment_id.is_(None)
+    )
+    return where
+
+
+def attempts_used(
+    session: Session, actor: Principal, quiz_id: str, assignment: Assignment | None
+) -> int:
+    return session.execute(
+        select(func.count()).select_from(Attempt).where(*_same_target(quiz_id, actor, assignment))
+    ).scalar_one()
+
+
+def my_attempts(
+    session: Session, actor: Principal, quiz_id: str, assignment: Assignment | None
+) -> list[Attempt]:
+    return list(
+        session.execute(
+            select(Attempt)
+            .where(*_same_target(quiz_id, actor, assignment))
+            .order_by(Attempt.number)
+        ).scalars()
+    )
+
+
+def start(
+    session: Session,
+    actor: Principal,
+    quiz_id: str,
+    lang: str,
+    assignment: Assignment | None = None,
+) -> tuple[Attempt, Quiz]:
+    """A new attempt; 409 once the attempts allowed are used up (in-progress ones count)."""
+    if actor.is_instructor:
+        raise forbidden("instructors preview quizzes; attempts are for students")
+    quiz = load_quiz(session, quiz_id)
+    assignments_.check_open(assignment, actor, "attempts")
+    key = (
+        f"attempt:{actor.course_id}:{actor.user_id}:{quiz_id}:{assignment.id if assignment else ''}"
+    )
+    advisory_lock(session, key)
+    used = attempts_used(session, actor, quiz_id, assignment)
+    limit = attempt_limit(quiz, assignment)
+    if limit is not None and used >= limit:
+        raise conflict(f"attempt limit reached: {used} of {limit} attempts used for {quiz_id!r}")
+    attempt = Attempt(
+        id=uuid.uuid4().hex,
+        quiz_id=quiz_id,
+        course_id=actor.course_id,
+        user_id=actor.user_id,
+        student=actor.name,
+        assignment_id=assignment.id if assignment is not None else None,
+        token_id=actor.token_id,
+        number=used + 1,
+        lang=assignment.lang if assignment is not None else lang,
+        status=IN_PROGRESS,
+        quiz_revision=quiz.revision,
+        item_revisions={it.id: it.revision for it in quiz.items},
+        started_at=utcnow(),
+    )
+    session.add(attempt)
+    session.flush()
+    attempt.responses = []
+    return attempt, quiz
+
+
+def get(session: Session, actor: Principal, attempt_id: str, *, lock: bool = False) -> Attempt:
+    """The attempt, if the actor may see it: their own, or any of their course as instructor.
+
+    Another course's attempt is a 404 (it does not exist for them); another student's in the
+    same course a 403.
+    """
+    # Attempt ids are uuid4 hex; anything else cannot exist (and a NUL byte would make
+    # PostgreSQL fail the query instead of finding nothing).
+    attempt = (
+        session.get(Attempt, attempt_id, with_for_update=lock)
+        if _ATTEMPT_ID.match(attempt_id)
+        else None
+    )
+    if attempt is None or attempt.course_id != actor.course_id:
+        raise not_found("attempt_id", f"unknown attempt {attempt_id!r}")
+    if not actor.is_instructor and attempt.user_id != actor.user_id:
+        raise forbidden("this attempt belongs to another student")
+    return attempt
+
+
+def deadline(attempt: Attempt, quiz: Quiz) -> datetime | None:
+    minutes = quiz.settings.time_limit_minutes
+    return attempt.started_at + timedelta(minutes=minutes) if minutes else None
+
+
+@dataclass
+class Answered:
+    record: ResponseRecord
+    created: bool
+    view: dict[str, Any]
+
+
+def answer(
+    session: Session, actor: Principal, attempt: Attempt, item_id: str, chosen: list[str]
+) -> Answered:
+    """Record an answer and return its immediate feedback (in the attempt's language)."""
+    if actor.is_instructor or attempt.user_id != actor.user_id:
+        raise forbidden("only the student taking an attempt answers it")
+    if attempt.status != IN_PROGRESS:
+        raise conflict("this attempt is already submitted")
+    quiz = load_quiz(session, attempt.quiz_id)
+    due = deadline(attempt, quiz)
+    if due is not None and utcnow() > due:
+        raise conflict(f"the time limit passed at {due.isoformat()}; submit the attempt")
+    try:
+        item = quiz.item(item_id)
+    except KeyError:
+        raise invalid(
+            "json",
+            "item_id",
+            f"no item {item_id!r} in quiz {quiz.id!r}; items are "
+            + ", ".join(it.id for it in quiz.items),
+        ) from None
+    try:
+        scored = grading.score_item(item, chosen)
+    except grading.AnswerError as exc:
+        raise invalid("json", "answer", str(exc)) from None
+    existing = session.execute(
+        select(ResponseRecord).where(
+            ResponseRecord.attempt_id == attempt.id, ResponseRecord.item_id == item.id
+        )
+    ).scalar_one_or_none()
+    if existing is not None:
+        if not quiz.settings.allow_reanswer:
+            raise conflict(f"item {item.id!r} is already answered in this attempt")
+        rec = existing
+        rec.times_answered += 1
+        created = False
+    else:
+        rec = ResponseRecord(attempt_id=attempt.id, item_id=item.id, times_answered=1)
+        session.add(rec)
+        created = True
+    rec.item_revision = item.revision
+    rec.answer = list(scored.answer)
+    rec.correct = scored.correct
+    rec.points = scored.points
+    rec.max_points = scored.max_points
+    rec.answered_at = utcnow()
+    session.flush()
+    view = response_view(rec, item, quiz, attempt.lang, reanswer=quiz.settings.allow_reanswer)
+    return Answered(rec, created, view)
+
+
+def submit(session: Session, actor: Principal, attempt: Attempt) -> grading.AttemptScore:
+    """Close the attempt and score it; its assignment's grade goes to the LMS."""
+    if actor.is_instructor or attempt.user_id != actor.user_id:
+        raise forbidden("only the student taking an attempt submits it")
+    if attempt.status == SUBMITTED:
+        raise conflict(
+            f"this attempt was already submitted at {attempt.submitted_at}; "
+            f"GET /api/v1/attempts/{attempt.id} shows its result"
+        )
+    quiz = load_quiz(session, attempt.quiz_id)
+    result = apply_grading(attempt, quiz)
+    attempt.status = SUBMITTED
+    attempt.submitted_at = utcnow()
+    session.flush()
+    if attempt.assignment_id is not None:
+        grades.grade_event(
+            session, attempt.assignment_id, attempt.user_id, f"attempt:{attempt.id}:submitted"
+        )
+    return result
+
+
+def apply_grading(attempt: Attempt, quiz: Quiz) -> grading.AttemptScore:
+    """Score ``attempt`` against ``quiz``'s current key and store the result on its rows."""
+    answers = {r.item_id: r.answer for r in attempt.responses}
+    result = grading.score_attempt(quiz, answers)
+    by_item = {s.item_id: s for s in result.items}
+    for rec in attempt.responses:
+        s = by_item.get(rec.item_id)
+        if s is not None:
+            rec.points = s.points
+            rec.correct = s.correct
+            rec.max_points = s.max_points
+            rec.item_revision = s.revision
+    attempt.score = result.score
+    attempt.max_score = result.max_score
+    attempt.item_revisions = result.revisions
+    attempt.quiz_revision = quiz.revision
+    attempt.graded_at = utcnow()
+    return result
+
+
+def attempt_view(
+    attempt: Attempt, quiz: Quiz, lang: str | None = None, allowed: int | None = None
+) -> dict[str, Any]:
+    """The attempt with its items in the attempt's option order; answered items carry their
+    feedback, unanswered ones nothing of the key. ``lang`` overrides the attempt's language
+    (the pages' language switch)."""
+    lang = lang or attempt.lang
+    reanswer = quiz.settings.allow_reanswer and attempt.status == IN_PROGRESS
+    by_item = {r.item_id: r for r in attempt.responses}
+    seed = attempt.id if quiz.settings.shuffle_answers else None
+    items = []
+    for it in quiz.items:
+        view = item_view(it, quiz, lang, with_key=False, shuffle_seed=seed)
+        rec = by_item.get(it.id)
+        view["response"] = response_view(rec, it, quiz, lang, reanswer=reanswer) if rec else None
+        items.append(view)
+    return {
+        "id": attempt.id,
+        "quiz_id": attempt.quiz_id,
+        "quiz_revision": attempt.quiz_revision,
+        "student": attempt.student,
+        "number": attempt.number,
+        "allowed_attempts": allowed if allowed is not None else quiz.settings.allowed_attempts,
+        "assignment_id": attempt.assignment_id,
+        "lang": attempt.lang,
+        "status": attempt.status,
+        "started_at": attempt.started_at,
+        "deadline": deadline(attempt, quiz),
+        "submitted_at": attempt.submitted_at,
+        "score": attempt.score,
+        "max_score": attempt.max_score,
+        "item_revisions": attempt.item_revisions,
+        "items": items,
+    }
+
+
+def submit_view(attempt: Attempt, result: grading.AttemptScore) -> dict[str, Any]:
+    return {
+        "attempt_id": attempt.id,
+        "quiz_id": attempt.quiz_id,
+        "student": attempt.student,
+        "number": attempt.number,
+        "status": attempt.status,
+        "submitted_at": attempt.submitted_at,
+        "score": result.score,
+        "max_score": result.max_score,
+        "items": [
+            {
+                "item_id": s.item_id,
+                "revision": s.revision,
+                "answered": s.answered,
+                "answer": list(s.answer),
+                "correct": s.correct,
+                "points": s.points,
+                "max_points": s.max_points,
+            }
+            for s in result.items
+        ],
+    }
+
+
+def allowed_for(session: Session, attempt: Attempt, quiz: Quiz) -> int | None:
+    a = session.get(Assignment, attempt.assignment_id) if attempt.assignment_id else None
+    return attempt_limit(quiz, a)
