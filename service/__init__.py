@@ -1,9 +1,10 @@
-"""kgrade's web service: quiz delivery and grading over a REST API.
+"""kgrade's web service: quiz delivery and grading over a REST API, pages, and LTI 1.3.
 
 ``create_app(config)`` builds the Flask app: configuration (``service.config``), the database
 (``service.extensions.db``, models in ``service.db``), the flask-smorest API with its blueprints
-(``service.api.BLUEPRINTS``) and the docs page. In production it runs under gunicorn via
-``kgrade serve`` (``service:create_app()``).
+(``service.api.BLUEPRINTS``) and the docs page, the pages (``service.web``) and the LTI tool
+(``service.lti``), all over one service layer (``service.core``). In production it runs under
+gunicorn via ``kgrade serve`` (``service:create_app()``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ from service.config import load_config
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     from service.api import register_api
     from service.extensions import db
+    from service.lti import register_lti
+    from service.web import register_web
 
     app = Flask(__name__, instance_relative_config=False)
     app.config.update(load_config(config))
     app.json.sort_keys = False  # keep the schemas' field order in responses
     db.init_app(app)
     register_api(app)
+    register_web(app)
+    register_lti(app)
+    if app.config["TASKS_EAGER"]:
+        import service.lti.tasks  # noqa: F401 - registers the tasks run in-process
     if app.config["IMPORT_BANK"]:
         _import_bank(app)
     return app

@@ -12,6 +12,16 @@ Environment variables (all optional):
     Largest accepted request body in bytes (default 2 MiB); bigger bodies get a JSON 413.
 ``KGRADE_IMPORT_BANK``
     ``0`` to skip importing the shipped item bank into the database at start-up.
+``KGRADE_BASE_URL``
+    The public URL of this service (``https://kgrade.example.edu``): LTI launch and login URLs
+    are built from it. Default: the URL each request came in on.
+``KGRADE_PROXY_FIX``
+    How many proxies sit in front (their ``X-Forwarded-*`` headers are trusted): behind a TLS
+    proxy set ``1``, so the app sees https and sets the session cookie ``SameSite=None; Secure;
+    Partitioned`` as an LMS iframe needs.
+``KGRADE_TASKS_EAGER``
+    ``1`` to run the LMS-facing tasks (grade passback, roster) in the web process after each
+    commit instead of sending them to the ``lti`` queue (tests; a set-up with no worker).
 """
 
 from __future__ import annotations
@@ -44,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "SECRET_KEY": None,
     "MAX_CONTENT_LENGTH": 2 * 1024 * 1024,
     "IMPORT_BANK": True,
+    "BASE_URL": None,
+    "PROXY_FIX": 0,
+    "TASKS_EAGER": False,
     # Largest JSON body flask-smorest accepts is bounded by MAX_CONTENT_LENGTH; these are
     # flask-smorest / apispec settings for the OpenAPI document.
     "API_TITLE": "kgrade",
@@ -87,6 +100,12 @@ def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         cfg["MAX_CONTENT_LENGTH"] = int(env["KGRADE_MAX_CONTENT_LENGTH"])
     if env.get("KGRADE_IMPORT_BANK") is not None:
         cfg["IMPORT_BANK"] = _env_bool(env["KGRADE_IMPORT_BANK"])
+    if env.get("KGRADE_BASE_URL"):
+        cfg["BASE_URL"] = env["KGRADE_BASE_URL"].rstrip("/")
+    if env.get("KGRADE_PROXY_FIX"):
+        cfg["PROXY_FIX"] = int(env["KGRADE_PROXY_FIX"])
+    if env.get("KGRADE_TASKS_EAGER") is not None:
+        cfg["TASKS_EAGER"] = _env_bool(env["KGRADE_TASKS_EAGER"])
     cfg.update(overrides or {})
     cfg["DATABASE_URL"] = normalize_database_url(cfg["DATABASE_URL"] or default_database_url())
     if not cfg["SECRET_KEY"]:

@@ -41,6 +41,31 @@ def device_for_queue(queue: str | None) -> str:
     return "cuda" if queue in (QUEUE_GPU, QUEUE_GPU_X2) else "cpu"
 
 
+def lti_worker_argv(name: str) -> list[str]:
+    """Command line of the worker of the LMS-facing tasks (``service.worker``): threads, since
+    its tasks wait on HTTP, not on a GPU."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "service.worker",
+        "worker",
+        "-Q",
+        QUEUE_LTI,
+        "-c",
+        "4",
+        "--pool",
+        "threads",
+        "-n",
+        name,
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "info",
+    ]
+
+
 def worker_argv(queues: list[str] | tuple[str, ...], name: str) -> list[str]:
     """Command line of one grading worker process (``kgrade serve``'s sidecar, tests, deploys).
 

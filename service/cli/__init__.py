@@ -8,8 +8,9 @@ from service.cli.db import db
 from service.cli.export import export
 from service.cli.grade import exercises, grade_exercise
 from service.cli.items import items
+from service.cli.lti import lti
 from service.cli.serve import serve
-from service.cli.token import token
+from service.cli.token import course, token
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,3 +26,5 @@ main.add_command(token)
 main.add_command(serve)
 main.add_command(grade_exercise)
 main.add_command(exercises)
+main.add_command(lti)
+main.add_command(course)

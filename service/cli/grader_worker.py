@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from workers.queues import QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2, worker_argv
+from workers.queues import QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2, lti_worker_argv, worker_argv
 
 
 def embedded_worker(settings: dict[str, Any]) -> list[str] | None:
@@ -21,3 +21,12 @@ def embedded_worker(settings: dict[str, Any]) -> list[str] | None:
     device = env.get("KGRADE_GRADE_DEVICE", "cpu")
     queues = [QUEUE_CPU] if device == "cpu" else [QUEUE_GPU, QUEUE_GPU_X2]
     return worker_argv(queues, "embedded@%h")
+
+
+def embedded_lti_worker(settings: dict[str, Any]) -> list[str] | None:
+    """The LMS-facing tasks' worker (grade passback, roster sync) beside gunicorn, on the same
+    no-server transport; with ``REDIS_URL`` it is deployed on its own."""
+    env: dict[str, str] = settings.get("env") or dict(os.environ)
+    if env.get("REDIS_URL"):
+        return None
+    return lti_worker_argv("embedded-lti@%h")

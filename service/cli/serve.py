@@ -25,9 +25,10 @@ Sidecar = Callable[[dict[str, Any]], list[str] | None]
 SIDECARS: list[Sidecar] = []
 
 # The grader: one Celery worker beside gunicorn when no REDIS_URL is set (make run).
-from service.cli.grader_worker import embedded_worker  # noqa: E402
+from service.cli.grader_worker import embedded_lti_worker, embedded_worker  # noqa: E402
 
 SIDECARS.append(embedded_worker)
+SIDECARS.append(embedded_lti_worker)
 
 
 def gunicorn_argv(host: str, port: int, workers: int, threads: int, timeout: int) -> list[str]:

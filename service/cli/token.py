@@ -25,26 +25,79 @@ def token() -> None:
 @token.command("create")
 @click.option("--role", type=click.Choice(ROLES), required=True)
 @click.option("--name", required=True, help="Who holds it: a student's name or id.")
+@click.option(
+    "--course",
+    "course_slug",
+    default="default",
+    show_default=True,
+    help="The course it reaches (kgrade course list); it sees only that course's data.",
+)
 @DB_URL_OPTION
-def create_cmd(role: str, name: str, database_url: str | None) -> None:
+def create_cmd(role: str, name: str, course_slug: str, database_url: str | None) -> None:
     """Create a token and print it (shown once; only its hash is stored)."""
     from sqlalchemy.exc import OperationalError, ProgrammingError
 
     from service.auth import create_token
+    from service.core import people
+    from service.core.errors import ServiceError
     from service.db import write_intent
 
     try:
         with write_intent(), _session(database_url) as session:
-            row, plaintext = create_token(session, role=role, name=name)
+            course = people.course_by_slug(session, course_slug)
+            row, plaintext = create_token(session, role=role, name=name, course=course)
             session.commit()
+    except ServiceError as exc:
+        raise click.BadParameter(exc.message, param_hint="--course") from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--name") from None
     except (OperationalError, ProgrammingError) as exc:
         raise click.ClickException(
             f"cannot store the token ({exc.orig}); run `kgrade db upgrade` first"
         ) from None
-    click.echo(f"created {role} token #{row.id} for {name!r}", err=True)
+    click.echo(f"created {role} token #{row.id} for {name!r} in course {course_slug!r}", err=True)
     click.echo(plaintext)
+
+
+@click.group()
+def course() -> None:
+    """Courses: the default one, local ones for stand-alone use, and those LTI launches made."""
+
+
+@course.command("create")
+@click.argument("slug")
+@click.option("--title", default=None, help="Shown on its pages (default: the slug).")
+@DB_URL_OPTION
+def course_create_cmd(slug: str, title: str | None, database_url: str | None) -> None:
+    """Create a local course SLUG (then: kgrade token create --course SLUG ...)."""
+    from service.core import people
+    from service.core.errors import ServiceError
+    from service.db import write_intent
+
+    try:
+        with write_intent(), _session(database_url) as session:
+            people.create_local_course(session, slug, title or slug)
+            session.commit()
+    except ServiceError as exc:
+        raise click.BadParameter(exc.message, param_hint="SLUG") from None
+    click.echo(f"created course {slug!r}")
+
+
+@course.command("list")
+@DB_URL_OPTION
+def course_list_cmd(database_url: str | None) -> None:
+    """List courses: slug, title, and the LMS context they came from."""
+    from sqlalchemy import select
+
+    from service.core import people
+    from service.db.courses import Course
+
+    with _session(database_url) as session:
+        people.default_course(session)
+        session.commit()
+        for c in session.execute(select(Course).order_by(Course.id)).scalars():
+            origin = f"{c.issuer} context {c.context_id}" if c.is_lti else "local"
+            click.echo(f"{c.slug}\t{c.title}\t{origin}")
 
 
 @token.command("list")

@@ -140,6 +140,19 @@ def create(
         raise invalid("form", "assignment", "this assignment is for another exercise")
     assignments_.check_open(assignment, actor, "submissions")
     check_rate(session, actor, config)
+    return _insert(session, actor, ex, source, filename, config, reference, assignment)
+
+
+def _insert(
+    session: Session,
+    actor: Principal,
+    ex: Exercise,
+    source: str,
+    filename: str | None,
+    config: dict[str, Any],
+    reference: bool,
+    assignment: Assignment | None,
+) -> dict[str, Any]:
     device = grade_device(config)
     queue = queue_for(device, ex.world_size)
     task_id = str(uuid.uuid4())
@@ -338,3 +351,53 @@ def leaderboard(session: Session, actor: Principal, exercise_id: str) -> list[di
             }
         )
     return entries
+
+
+def regrade(session: Session, actor: Principal, row: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """Grade a submission's source again as a new submission of the same student (an
+    instructor's action: it counts like the student's own, and goes to the LMS)."""
+    if not actor.is_instructor:
+        raise forbidden("only instructors regrade")
+    ex = exercise(row.exercise_id)
+    student = Principal(
+        token_id=None,
+        name=row.student,
+        role="student",
+        user_id=row.user_id,
+        course_id=row.course_id,
+    )
+    assignment = session.get(Assignment, row.assignment_id) if row.assignment_id else None
+    # The instructor acts: no rate limit, no due date.
+    created = _insert(
+        session, student, ex, row.source, row.filename, config, row.reference, assignment
+    )
+    return created
+
+
+def known_solutions(session: Session, actor: Principal, ex: Exercise) -> list[dict[str, Any]]:
+    """The exercise's known solutions with their expected verdict and, for each, this course's
+    latest grading of exactly that source."""
+    t = submissions
+    out = []
+    for sol in ex.solutions():
+        source = sol.path.read_text()
+        digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
+        last = session.execute(
+            select(t)
+            .where(
+                t.c.course_id == actor.course_id,
+                t.c.exercise_id == ex.id,
+                t.c.source_sha256 == digest,
+            )
+            .order_by(t.c.id.desc())
+            .limit(1)
+        ).first()
+        out.append(
+            {
+                "name": sol.name,
+                "expected": sol.expected.value,
+                "last": last,
+                "matches": last is not None and last.verdict == sol.expected.value,
+            }
+        )
+    return out

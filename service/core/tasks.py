@@ -24,13 +24,6 @@ PASSBACK_TASK = "kgrade.lti.send_passback"
 ROSTER_TASK = "kgrade.lti.sync_roster"
 __all__ = ["GRADED_TASK", "PASSBACK_TASK", "QUEUE_LTI", "ROSTER_TASK"]
 
-#: Tests and one-process set-ups run tasks in the committing process instead (``TASKS_EAGER``).
-_eager: dict[str, bool] = {"on": False}
-
-
-def set_eager(on: bool) -> None:
-    _eager["on"] = on
-
 
 def after_commit(session: Session, send: Callable[[], None]) -> None:
     """Call ``send`` once the session's current transaction commits; never if it rolls back."""
@@ -49,10 +42,13 @@ def after_commit(session: Session, send: Callable[[], None]) -> None:
 
 
 def send_task(name: str, args: list[Any], queue: str, **options: Any) -> None:
+    from flask import current_app, has_app_context
+
     from workers.celery_app import app  # the Celery app loads on first use
 
-    if _eager["on"]:
-        # In the committing process: the task opens its own session on this app's database.
+    if has_app_context() and current_app.config.get("TASKS_EAGER"):
+        # In the committing process (KGRADE_TASKS_EAGER): the task opens its own session on
+        # this app's database.
         app.tasks[name].apply(args=args)
         return
     app.send_task(name, args=args, queue=queue, **options)

@@ -85,6 +85,9 @@ class LtiLogin(Base):
     )
     # Set when the platform keeps state and nonce for us (LTI Platform Storage, postMessage).
     storage_target: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The login initiation's parameters: a launch whose browser refused our state cookie can
+    # start the login again in a new window (first-party, so the cookie sticks).
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -143,6 +143,7 @@ def _create_tables() -> None:
         sa.Column("nonce", s(128), nullable=False),
         sa.Column("platform_id", sa.Integer(), nullable=False),
         sa.Column("storage_target", s(255), nullable=True),
+        sa.Column("params", sa.JSON(), nullable=False),
         sa.Column("created_at", TS, nullable=False),
         sa.Column("expires_at", TS, nullable=False),
         sa.Column("consumed_at", TS, nullable=True),
