@@ -105,6 +105,8 @@ def parse_spec(session: Session, form: dict[str, Any]) -> AssignmentSpec:
     kind, _, rid = str(form.get("resource") or "").partition(":")
     if not rid:
         raise invalid("form", "resource", "choose a quiz or an exercise")
+    if kind not in KINDS:
+        raise invalid("form", "resource", f"{kind!r} is neither a quiz nor an exercise")
     res = resource(session, kind, rid)
     title = str(form.get("title") or "").strip() or res.title
     if len(title) > 255:

@@ -7,6 +7,7 @@ asks for it) that names the problem, never a 500.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -15,7 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.core import assignments
 from service.core.errors import ServiceError
+from service.core.tasks import QUEUE_LTI, ROSTER_TASK, enqueue_after_commit
 from service.db import write_intent
+from service.db.base import utcnow
 from service.db.courses import Assignment
 from service.db.lti import LtiLaunch, LtiPlatform
 from service.extensions import db
@@ -123,6 +126,7 @@ def launch() -> Response:
                 launch_id=arrival.launch.id,
             )
             target = _landing(arrival)
+            _refresh_roster(arrival)
             db.session.commit()
     except CookieRefused as exc:
         db.session.rollback()
@@ -145,6 +149,21 @@ def launch() -> Response:
     resp = redirect(url_for("web.enter", ticket=started.ticket, next=target), code=303)
     web_session.set_cookie(resp, started.token)
     return resp
+
+
+#: An instructor's launch reads the roster again when it is older than this.
+ROSTER_STALE = timedelta(minutes=10)
+
+
+def _refresh_roster(a: context.Arrival) -> None:
+    """On an instructor's launch, read the course's roster (NRPS) again if it is stale, so
+    the grade table lists who has not submitted."""
+    synced = a.course.roster_synced_at
+    if a.role != "instructor" or not a.course.nrps_url:
+        return
+    if synced is not None and synced > utcnow() - ROSTER_STALE and not a.course.roster_error:
+        return
+    enqueue_after_commit(db.session, ROSTER_TASK, [a.course.id], QUEUE_LTI)
 
 
 def _landing(a: context.Arrival) -> str:
@@ -184,27 +203,43 @@ def _launch_for(launch_id: str, kind: str) -> LtiLaunch:
 def deep_link(launch_id: str) -> Response:
     """The instructor picks what to place in the course; the platform gets it signed."""
     row = _launch_for(launch_id, "LtiDeepLinkingRequest")
-    if request.method == "POST":
-        items: list[Assignment] = []
-        if request.form.get("action") != "cancel":
+    settings = row.claims.get("deep_linking_settings") or {}
+    if request.method == "GET":
+        return _picker("deep_link", launch_id, settings.get("title"))
+    items: list[Assignment] = []
+    if request.form.get("action") != "cancel":
+        try:
             with write_intent():
+                db.session.rollback()
                 spec = assignments.parse_spec(db.session, request.form.to_dict())
                 items.append(assignments.create(db.session, row.course_id or 0, spec, row.user_id))
                 db.session.commit()
-        platform = db.session.get(LtiPlatform, row.platform_id)
-        assert platform is not None
-        answer = deep_linking.respond(db.session, row, platform, items, launch_url())
-        return render(
-            "lti/deep_link_return.html", return_url=answer.return_url, jwt=answer.jwt, items=items
-        )
-    settings = row.claims.get("deep_linking_settings") or {}
+        except ServiceError as exc:
+            return _picker("deep_link", launch_id, settings.get("title"), exc)
+    platform = db.session.get(LtiPlatform, row.platform_id)
+    assert platform is not None
+    answer = deep_linking.respond(db.session, row, platform, items, launch_url())
+    return render(
+        "lti/deep_link_return.html", return_url=answer.return_url, jwt=answer.jwt, items=items
+    )
+
+
+def _picker(
+    mode: str, launch_id: str, title: str | None, error: ServiceError | None = None
+) -> Response:
+    """The assignment picker; after a refused pick, again with the message and what was typed."""
+    db.session.rollback()
     return render(
         "lti/picker.html",
-        mode="deep_link",
-        action=url_for("lti.deep_link", launch_id=launch_id),
+        status=error.status if error else 200,
+        mode=mode,
+        action=url_for(
+            "lti.deep_link" if mode == "deep_link" else "lti.setup", launch_id=launch_id
+        ),
         catalogue=assignments.catalogue(db.session),
-        title_hint=settings.get("title") or "",
-        form={},
+        title_hint=title or "",
+        form=request.form if error else {},
+        error=error,
     )
 
 
@@ -213,8 +248,12 @@ def deep_link(launch_id: str) -> Response:
 def setup(launch_id: str) -> Response:
     """A link the LMS made without deep linking: the instructor says what it delivers."""
     row = _launch_for(launch_id, "LtiResourceLinkRequest")
-    if request.method == "POST":
+    title = (row.claims.get("resource_link") or {}).get("title")
+    if request.method == "GET":
+        return _picker("setup", launch_id, title)
+    try:
         with write_intent():
+            db.session.rollback()
             spec = assignments.parse_spec(db.session, request.form.to_dict())
             a = assignments.create(db.session, row.course_id or 0, spec, row.user_id)
             a.resource_link_id = row.resource_link_id
@@ -222,16 +261,9 @@ def setup(launch_id: str) -> Response:
             if ags.get("lineitem"):
                 a.lineitem_url = str(ags["lineitem"])
             db.session.commit()
-        return redirect(url_for("web.assignment", assignment_id=a.id), code=303)
-    rl = row.claims.get("resource_link") or {}
-    return render(
-        "lti/picker.html",
-        mode="setup",
-        action=url_for("lti.setup", launch_id=launch_id),
-        catalogue=assignments.catalogue(db.session),
-        title_hint=rl.get("title") or "",
-        form={},
-    )
+    except ServiceError as exc:
+        return _picker("setup", launch_id, title, exc)
+    return redirect(url_for("web.assignment", assignment_id=a.id), code=303)
 
 
 @bp.get("/canvas.json")

@@ -172,3 +172,34 @@ def text(r: Any) -> str:
     import html
 
     return html.unescape(r.get_data(as_text=True))
+
+
+def take_quiz(b: Browser, landing: Any, answers: dict[str, list[str]]) -> Any:
+    """From a quiz's page: start an attempt, answer ``answers`` (item -> option ids) through the
+    pages, submit; the review page."""
+    html = landing.get_data(as_text=True)
+    start = re.search(r'<form method="post" action="([^"]+/start)"', html)
+    assert start, "no start button on the quiz page"
+    fields = dict(
+        re.findall(r'<input type="hidden" name="(assignment_id|lang)" value="([^"]*)"', html)
+    )
+    r = b.post_form(start.group(1), html, {**fields, "view": "all"})
+    assert r.status_code == 303, text(r)
+    page = b.follow(r)
+    attempt_url = b.page_url.split("?")[0]
+    for item, chosen in answers.items():
+        r = b.client.post(
+            f"{attempt_url}/answer",
+            data={
+                "csrf_token": b.csrf(page.get_data(as_text=True)),
+                "item_id": item,
+                "answer": chosen,
+                "view": "all",
+            },
+        )
+        assert r.status_code == 303, text(r)
+    r = b.client.post(
+        f"{attempt_url}/submit", data={"csrf_token": b.csrf(page.get_data(as_text=True))}
+    )
+    assert r.status_code == 303, text(r)
+    return b.follow(r)
