@@ -11,7 +11,11 @@ from __future__ import annotations
 import copy
 import os
 import secrets
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,3 +280,52 @@ def table_snapshot(app: Flask) -> dict[str, list[tuple[Any, ...]]]:
 
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+# ---- real Celery workers -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def celery_redis(redis_url: str) -> Iterator[dict[str, str]]:
+    """Point this process's Celery app at the test Redis, under a key prefix of its own."""
+    from workers import celery_app as ca
+
+    prefix = f"kgt-{os.getpid()}-{secrets.token_hex(4)}:"
+    old = os.environ.get("KGRADE_REDIS_KEYPREFIX")
+    os.environ["KGRADE_REDIS_KEYPREFIX"] = prefix
+    ca.app.conf.update(ca.broker_settings(redis_url))
+    # A result backend or producer pool made earlier in this process (an eager task run builds
+    # one) would keep the old settings: drop them so the next use reads the new ones.
+    ca.app._local.__dict__.pop("backend", None)
+    if ca.app._pool is not None:
+        ca.app._pool.force_close_all()
+        ca.app._pool = None
+    yield {"REDIS_URL": redis_url, "KGRADE_REDIS_KEYPREFIX": prefix}
+    if old is None:
+        os.environ.pop("KGRADE_REDIS_KEYPREFIX", None)
+    else:
+        os.environ["KGRADE_REDIS_KEYPREFIX"] = old
+
+
+@contextmanager
+def running_worker(argv: list[str], env: dict[str, str], folder: Path) -> Iterator[Path]:
+    """A Celery worker process until the block ends; its log file (once it said ready)."""
+    log = folder / f"worker-{secrets.token_hex(3)}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b" ready." not in log.read_bytes():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "worker did not start:\n" + log.read_text()[-3000:]
+            time.sleep(0.2)
+        yield log
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from service.db.courses import User
 from service.db.submissions import submission_results, submissions
 from service.db.tokens import ApiToken
 from service.extensions import db
-from tests.service.conftest import REPO, World, db_engine, table_snapshot
+from tests.service.conftest import World, db_engine, running_worker, table_snapshot
 from tests.service.test_api_bad_input import MALFORMED_BODIES
 from workers.exercises import list_exercises, load_exercise
 from workers.queues import worker_argv
@@ -286,54 +284,14 @@ def _pick(exercise: str) -> list[tuple[str, str, Verdict]]:
 
 
 @pytest.fixture(scope="module")
-def celery_redis(redis_url: str) -> Iterator[dict[str, str]]:
-    """Point this process's Celery app at the test Redis, under a key prefix of its own."""
-    from workers import celery_app as ca
-
-    prefix = f"kgt-{os.getpid()}-{uuid.uuid4().hex[:8]}:"
-    old = os.environ.get("KGRADE_REDIS_KEYPREFIX")
-    os.environ["KGRADE_REDIS_KEYPREFIX"] = prefix
-    ca.app.conf.update(ca.broker_settings(redis_url))
-    # A result backend or producer pool made earlier in this process (an eager task run builds
-    # one) would keep the old settings: drop them so the next use reads the new ones.
-    ca.app._local.__dict__.pop("backend", None)
-    if ca.app._pool is not None:
-        ca.app._pool.force_close_all()
-        ca.app._pool = None
-    yield {"REDIS_URL": redis_url, "KGRADE_REDIS_KEYPREFIX": prefix}
-    if old is None:
-        os.environ.pop("KGRADE_REDIS_KEYPREFIX", None)
-    else:
-        os.environ["KGRADE_REDIS_KEYPREFIX"] = old
-
-
-@pytest.fixture(scope="module")
 def worker(
     celery_redis: dict[str, str], backend: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     """A real Celery worker process on queue ``cpu``, grading into ``backend``'s database."""
     var = tmp_path_factory.mktemp("worker-var")
-    log = var / "worker.log"
     env = dict(os.environ, **celery_redis, DATABASE_URL=backend, KGRADE_VAR_DIR=str(var))
-    cmd = worker_argv(["cpu"], f"test-{uuid.uuid4().hex[:6]}@%h")
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while b" ready." not in log.read_bytes():
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "worker did not start:\n" + log.read_text()[-3000:]
-            time.sleep(0.2)
+    with running_worker(worker_argv(["cpu"], f"test-{uuid.uuid4().hex[:6]}@%h"), env, var) as log:
         yield log
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _wait_done(world: World, urls: list[str], timeout_s: float) -> dict[str, dict[str, Any]]:
