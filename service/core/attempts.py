@@ -187,7 +187,8 @@ def answer(
         created = False
     else:
         rec = ResponseRecord(attempt_id=attempt.id, item_id=item.id, times_answered=1)
-        session.add(rec)
+        # Through the relationship, so this attempt's loaded responses include it at once.
+        attempt.responses.append(rec)
         created = True
     rec.item_revision = item.revision
     rec.answer = list(scored.answer)

@@ -50,7 +50,7 @@
             }
             section.replaceWith(fresh);
             answerForms(fresh.parentNode);
-            updateProgress(holder);
+            updateProgress(fresh);
             var focus = fresh.querySelector(".feedback h3, .field .error, legend");
             if (focus) {
               focus.setAttribute("tabindex", "-1");
