@@ -170,7 +170,7 @@
     document.querySelectorAll(".math").forEach(function (el) {
       try {
         window.katex.render(el.textContent, el, {
-          displayMode: el.classList.contains("math-display"),
+          displayMode: el.classList.contains("block"),
           throwOnError: false,
         });
       } catch (e) {

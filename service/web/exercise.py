@@ -45,7 +45,7 @@ def exercise_page(exercise_id: str, assignment: Assignment | None, **extra: Any)
         ex=ex,
         assignment=assignment,
         title=assignment.title if assignment else ex.title,
-        statement=markdown.render(ex.readme),
+        statement=markdown.render(ex.readme, drop_title=True),
         starter=starter,
         history=mine,
         board=submissions.leaderboard(db.session, a, ex.id),

@@ -1,5 +1,5 @@
 """Exercise statements: Markdown rendered on the server, code highlighted there (Pygments), and
-math left as ``<span class="math">`` for KaTeX in the browser. Raw HTML in the Markdown is
+math left as ``<span class="math inline">`` / ``<div class="math block">`` for KaTeX in the browser. Raw HTML in the Markdown is
 escaped, not passed through."""
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return highlight(code, lexer, _FORMATTER)
 
 
-def _math(content: str, options: dict[str, Any]) -> str:
-    display = bool(options.get("display_mode"))
-    cls = "math math-display" if display else "math math-inline"
-    tag = "div" if display else "span"
-    return f'<{tag} class="{cls}">{escape(content)}</{tag}>'
+def _math(content: str, _options: dict[str, Any]) -> str:
+    # The plugin wraps this in <span class="math inline"> or <div class="math block">.
+    return escape(content)
 
 
 @lru_cache(maxsize=1)
@@ -48,5 +46,12 @@ def _md() -> MarkdownIt:
 
 
 @lru_cache(maxsize=64)
-def render(text: str) -> str:
-    return _md().render(text)
+def render(text: str, *, drop_title: bool = False) -> str:
+    """HTML of ``text``; ``drop_title`` leaves out a leading ``# Title`` (the page shows it)."""
+    if drop_title and text.lstrip().startswith("# "):
+        text = text.lstrip().split("\n", 1)[1] if "\n" in text.lstrip() else ""
+    html = _md().render(text)
+    # Code and display math may scroll sideways: keyboard users must be able to reach them.
+    return html.replace("<pre>", '<pre tabindex="0">').replace(
+        '<div class="math block">', '<div class="math block" tabindex="0">'
+    )

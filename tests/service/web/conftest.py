@@ -7,6 +7,7 @@ ones in docs/screenshots come from such a run).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -164,10 +165,9 @@ def watch(page: Any) -> Seen:
     def on_response(resp: Any) -> None:
         ctype = resp.headers.get("content-type", "")
         if any(t in ctype for t in ("text/html", "application/json", "javascript")):
-            try:
+            # Redirects have no body.
+            with contextlib.suppress(Exception):
                 seen.bodies.append((resp.url, resp.text()))
-            except Exception:  # noqa: BLE001 - redirects have no body
-                pass
 
     page.on("response", on_response)
     page.on("pageerror", lambda exc: seen.errors.append(str(exc)))
@@ -189,8 +189,12 @@ def axe(target: Any) -> list[dict[str, Any]]:
               values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice']}})"""
     )
     return [
-        {"id": v["id"], "impact": v["impact"], "help": v["help"],
-         "nodes": [n["target"] for n in v["nodes"]][:5]}
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "help": v["help"],
+            "nodes": [n["target"] for n in v["nodes"]][:5],
+        }
         for v in result["violations"]
         if v["impact"] in BLOCKING
     ]
@@ -216,8 +220,10 @@ def shot(page: Any, name: str) -> None:
     if not folder or not hasattr(page, "screenshot"):
         return
     Path(folder).mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(Path(folder) / f"{re.sub(r'[^a-z0-9-]+', '-', name.lower())}.png"),
-                    full_page=True)
+    page.wait_for_timeout(300)  # let the editor and the chart finish their layout
+    page.screenshot(
+        path=str(Path(folder) / f"{re.sub(r'[^a-z0-9-]+', '-', name.lower())}.png"), full_page=True
+    )
 
 
 def sign_in(context: Any, site: Site, token: str) -> Any:
@@ -235,3 +241,43 @@ def pytest_sessionfinish(session: Any) -> None:
     if folder and AXE_LOG:
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / "axe.json").write_text(json.dumps(AXE_LOG, indent=1, sort_keys=True))
+
+
+@pytest.fixture(scope="module")
+def grading(site: Site, celery_redis: dict[str, str], tmp_path_factory: Any) -> Iterator[Path]:
+    """A real CPU grading worker for the site (Redis), timing on tiny shapes so that timings
+    exist on a CPU (``KGRADE_BENCH_REHEARSAL``)."""
+    import uuid
+
+    from tests.service.conftest import running_worker
+    from workers.queues import worker_argv
+
+    var = tmp_path_factory.mktemp("grader")
+    env = dict(
+        os.environ,
+        **celery_redis,
+        DATABASE_URL=site.app.config["DATABASE_URL"],
+        KGRADE_VAR_DIR=str(var),
+        KGRADE_BENCH_REHEARSAL="1",
+    )
+    with running_worker(worker_argv(["cpu"], f"web-{uuid.uuid4().hex[:6]}@%h"), env, var) as log:
+        yield log
+
+
+def watch_progress(page: Any, timeout_s: float) -> list[str]:
+    """The progress lines a submission page showed, until it shows a verdict."""
+    import time
+
+    phases: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.locator("#verdict-h").count():
+            return phases
+        try:
+            line = page.locator("#grading-status .phase").inner_text(timeout=1000)
+        except Exception:  # noqa: BLE001 - the page is reloading with the result
+            line = ""
+        if line and (not phases or phases[-1] != line):
+            phases.append(line)
+        time.sleep(0.1)
+    raise AssertionError(f"no verdict after {timeout_s} s; saw {phases}")
