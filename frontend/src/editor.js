@@ -136,6 +136,10 @@ function attach(textarea) {
         python(),
         syntaxHighlighting(highlightStyle),
         kgradeTheme,
+        // Long lines wrap: in a phone-sized LMS frame nothing scrolls sideways (a sideways
+        // scroller in a contenteditable is out of keyboard reach, axe's
+        // scrollable-region-focusable).
+        EditorView.lineWrapping,
         EditorState.readOnly.of(readOnly),
         EditorView.editable.of(!textarea.disabled),
         EditorView.contentAttributes.of(accessibleAttributes(textarea)),

@@ -207,7 +207,10 @@ class FakePlatform:
         if self.tool_jwks is not None:
             return self.tool_jwks()
         import requests
+        import urllib3
 
+        # The tool under test serves a throwaway self-signed certificate.
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         return requests.get(self.tool_jwks_url, timeout=10, verify=False).json()
 
     def verify_tool_jwt(self, token: str, audience: str) -> dict[str, Any]:
@@ -336,6 +339,45 @@ class FakePlatform:
                 f'<input type="hidden" name="state" value="{escape(p["state"])}">'
                 f"<noscript><button>go</button></noscript></form>"
                 f'<script>document.getElementById("f").submit()</script></body></html>'
+            )
+            return Response(html, mimetype="text/html")
+
+        @app.get("/course")
+        def course_page() -> Response:
+            """A course page of the LMS: kgrade in an iframe, started by login initiation, and
+            the LTI Platform Storage responder (``lti.put_data`` / ``lti.get_data``)."""
+            from urllib.parse import urlencode
+
+            tool = request.args["tool"]
+            query = {
+                "iss": platform.issuer,
+                "login_hint": request.args["hint"],
+                "target_link_uri": f"{tool}/lti/launch",
+                "client_id": platform.client_id,
+                "lti_deployment_id": platform.deployment_id,
+            }
+            if request.args.get("storage"):
+                query["lti_storage_target"] = "_parent"
+            src = f"{tool}/lti/login?{urlencode(query)}"
+            width, _, height = request.args.get("frame", "900x700").partition("x")
+            html = (
+                '<!doctype html><html lang="en"><head><title>LMS course</title>'
+                '<link rel="icon" href="data:,"></head><body>'
+                "<h1>LMS course page</h1>"
+                f'<iframe id="tool" title="kgrade" src="{escape(src)}" width="{int(width)}" height="{int(height)}"'
+                ' allow="clipboard-write"></iframe>'
+                "<script>"
+                "var store = {};"
+                'window.addEventListener("message", function (e) {'
+                "  var d = e.data || {};"
+                '  if (d.subject === "lti.put_data") { store[e.origin + " " + d.key] = d.value;'
+                '    e.source.postMessage({subject: "lti.put_data.response", message_id: d.message_id,'
+                "      key: d.key, value: d.value}, e.origin); }"
+                '  if (d.subject === "lti.get_data") {'
+                '    e.source.postMessage({subject: "lti.get_data.response", message_id: d.message_id,'
+                '      key: d.key, value: store[e.origin + " " + d.key]}, e.origin); }'
+                "});"
+                "</script></body></html>"
             )
             return Response(html, mimetype="text/html")
 

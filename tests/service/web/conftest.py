@@ -125,22 +125,24 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         server.stop()
 
 
+#: Debian's Chromium as root, headless, with nothing reaching out of this machine.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 @pytest.fixture(scope="session")
 def chromium(chromium_path: str) -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
-            executable_path=chromium_path,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
+            executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS
         )
         try:
             yield browser
