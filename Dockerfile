@@ -6,6 +6,17 @@
 # Not built on the development machine (it has no Docker engine); tests/deploy parses the
 # compose and Kubernetes files that use it. See deploy/README.md.
 ARG PYTHON_VERSION=3.12
+ARG NODE_VERSION=20
+
+# The pages' browser libraries: pinned npm packages (frontend/package-lock.json) built into
+# service/static/vendor, as `make assets` does. Only the built files reach the image.
+FROM node:${NODE_VERSION}-slim AS assets
+WORKDIR /src
+COPY frontend/package.json frontend/package-lock.json ./frontend/
+RUN cd frontend && npm ci --no-audit --no-fund
+COPY frontend ./frontend
+RUN mkdir -p service/static && node frontend/build.mjs
+
 FROM python:${PYTHON_VERSION}-slim
 
 # cpu, or a CUDA tag of the PyTorch wheel index (cu126, cu128, ...). The CUDA wheels bring their
@@ -35,6 +46,7 @@ COPY service ./service
 COPY workers ./workers
 COPY kernels ./kernels
 COPY item_bank ./item_bank
+COPY --from=assets /src/service/static/vendor ./service/static/vendor
 RUN pip install .
 
 # Non-root: the API and the workers never need root; bubblewrap uses user namespaces.
@@ -49,5 +61,6 @@ EXPOSE 8000
 ENTRYPOINT ["/usr/bin/tini", "--"]
 # The API. Workers override the command, e.g.
 #   celery -A workers.celery_app worker -Q gpu -c 1 --pool prefork --prefetch-multiplier 1
+#   celery -A service.worker worker -Q lti -c 4 --pool threads      (grade passback, rosters)
 CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "4", "--timeout", "60", \
      "--access-logfile", "-", "service:create_app()"]

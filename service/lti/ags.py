@@ -310,6 +310,17 @@ def _remember(session: Session, course: Course, assignment: Assignment, rid: str
     return url
 
 
+def forget_lineitem(session: Session, course: Course, assignment: Assignment) -> None:
+    assignment.lineitem_url = None
+    session.execute(
+        delete(LtiLineItem).where(
+            LtiLineItem.platform_id == course.platform_id,
+            LtiLineItem.context_id == course.context_id,
+            LtiLineItem.resource_id == assignment.line_item_resource_id,
+        )
+    )
+
+
 def post_score(conn: Connector, course: Course, lineitem: str, score: dict[str, Any]) -> int:
     r = conn.call(
         "POST",

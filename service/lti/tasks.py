@@ -102,6 +102,10 @@ def send(session: Session, passback_id: int) -> tuple[str, float | None]:
         return _finish(session, row, SUPERSEDED, exc.status, str(exc))
     except ags.Refused as exc:
         log.warning("passback %s refused: %s", row.id, exc)
+        if exc.status == 404:
+            # The grade column is gone (deleted in the LMS): forget it, so that a re-send finds
+            # or makes the column again instead of posting into the void.
+            ags.forget_lineitem(session, course, assignment)
         return _finish(session, row, PASSBACK_FAILED, exc.status, str(exc))
     return _finish(session, row, PASSBACK_SENT, status, None)
 

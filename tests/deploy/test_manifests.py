@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from workers.celery_app import QUEUE_GPU, QUEUE_GPU_X2, QUEUES
+from workers.queues import QUEUE_LTI
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -48,12 +49,41 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
 
+def _is_lti_worker(cmd: list[str]) -> bool:
+    return cmd[:4] == ["celery", "-A", "service.worker", "worker"]
+
+
+def _check_lti_worker(cmd: list[str]) -> None:
+    """The LMS-facing worker: the service's tasks, exactly the lti queue."""
+    assert _flag(cmd, "-Q", "--queues") == QUEUE_LTI
+    assert int(_flag(cmd, "-c", "--concurrency") or 0) >= 1
+
+
 def _workers(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         name: svc
         for name, svc in compose["services"].items()
-        if "worker" in (svc.get("command") or [])
+        if "worker" in (svc.get("command") or []) and not _is_lti_worker(svc["command"])
     }
+
+
+def test_compose_and_k8s_run_the_lti_worker(
+    compose: dict[str, Any], k8s: list[dict[str, Any]]
+) -> None:
+    lti = [
+        s["command"] for s in compose["services"].values() if _is_lti_worker(s.get("command") or [])
+    ]
+    assert len(lti) == 1
+    _check_lti_worker(lti[0])
+    pods = [
+        c["command"]
+        for d in k8s
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+        if _is_lti_worker(c.get("command") or [])
+    ]
+    assert len(pods) == 1
+    _check_lti_worker(pods[0])
 
 
 def test_compose_has_every_role(compose: dict[str, Any]) -> None:
@@ -139,6 +169,8 @@ def test_k8s_workers_one_gpu_per_process(k8s: list[dict[str, Any]]) -> None:
         if doc["kind"] != "Deployment" or "worker" not in doc["metadata"]["name"]:
             continue
         (container,) = doc["spec"]["template"]["spec"]["containers"]
+        if _is_lti_worker(container["command"]):
+            continue
         queues, _ = _check_worker_command(container["command"])
         consumed.update(queues)
         limits = container["resources"]["limits"]
@@ -164,6 +196,7 @@ def test_k8s_workers_one_gpu_per_process(k8s: list[dict[str, Any]]) -> None:
 def test_dockerfile_is_non_root_with_sandbox_and_torch_flavour() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "FROM python:${PYTHON_VERSION}-slim" in text
+    assert "node frontend/build.mjs" in text and "--from=assets" in text
     assert "ARG TORCH_FLAVOR=cpu" in text and "download.pytorch.org/whl/${TORCH_FLAVOR}" in text
     assert "bubblewrap" in text
     user_lines = [ln.split()[1] for ln in text.splitlines() if ln.startswith("USER ")]

@@ -296,15 +296,26 @@ def celery_redis(redis_url: str) -> Iterator[dict[str, str]]:
     ca.app.conf.update(ca.broker_settings(redis_url))
     # A result backend or producer pool made earlier in this process (an eager task run builds
     # one) would keep the old settings: drop them so the next use reads the new ones.
-    ca.app._local.__dict__.pop("backend", None)
-    if ca.app._pool is not None:
-        ca.app._pool.force_close_all()
-        ca.app._pool = None
+    _fresh_connections(ca.app)
     yield {"REDIS_URL": redis_url, "KGRADE_REDIS_KEYPREFIX": prefix}
     if old is None:
         os.environ.pop("KGRADE_REDIS_KEYPREFIX", None)
     else:
         os.environ["KGRADE_REDIS_KEYPREFIX"] = old
+
+
+def _fresh_connections(app: Any) -> None:
+    """Drop the Celery app's result backend, connection pool and producer pool (and kombu's
+    global pools), so the next send reads the new settings. Without the producer pool a second
+    module would get kombu's 'Acquire on closed pool' from the first's closed connections."""
+    import kombu.pools
+
+    app._local.__dict__.pop("backend", None)
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+    kombu.pools.reset()
 
 
 @contextmanager

@@ -72,6 +72,7 @@ class FakePlatform:
         self.kid = "p1"
         self.retired: list[tuple[Any, str]] = []
         self.tokens: dict[str, float] = {}
+        self.next_lineitem = 2  # ids are never reused, even after a deletion
         self.lock = threading.Lock()
         self.app = self._make_app()
         self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
@@ -273,7 +274,9 @@ class FakePlatform:
                 body = request.get_json(force=True)
                 platform.lineitem_posts.append(body)
                 with platform.lock:
-                    new_id = str(len(platform.lineitems) + 1)
+                    new_id = str(max(map(int, platform.lineitems), default=0) + 1)
+                    new_id = str(max(int(new_id), platform.next_lineitem))
+                    platform.next_lineitem = int(new_id) + 1
                     item = {**body, "id": f"{platform.url}/lineitems/{new_id}"}
                     platform.lineitems[new_id] = item
                 return jsonify(item), 201

@@ -138,16 +138,22 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="session")
-def chromium(chromium_path: str) -> Iterator[Any]:
+def playwright() -> Iterator[Any]:
+    """One Playwright driver for the session (a second one in the same thread is refused)."""
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield p
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright: Any, chromium_path: str) -> Iterator[Any]:
+    browser = playwright.chromium.launch(
+        executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS
+    )
+    try:
+        yield browser
+    finally:
+        browser.close()
 
 
 @dataclass

@@ -109,13 +109,6 @@ def _browser(
         ctx.close()
 
 
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        yield p
-
-
 def _take_quiz_in(frame: Any) -> None:
     quiz = get_quiz(QUIZ)
     frame.get_by_role("button", name="Start attempt 1").click()
