@@ -63,6 +63,7 @@ BLUEPRINTS: list[str] = [
     "service.api.attempts",
     "service.api.grades",
     "service.api.exercises",
+    "service.api.assignments",
 ]
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
+import secrets
+
 from flask import Response, g, redirect, request, url_for
 
 from service.auth import authenticate
@@ -21,25 +24,46 @@ def _local_path(target: str | None, default: str) -> str:
     return target
 
 
+#: Sign-in has no session yet to tie a CSRF token to: the form's token must equal this cookie's
+#: (double submit), so another site cannot sign a visitor in under its own token.
+SIGNIN_COOKIE = "kgrade_signin"
+
+
+def signin_page(next_url: str, error: str | None = None, status: int = 200) -> Response:
+    token = secrets.token_urlsafe(24)
+    resp = render(
+        "web/signin.html", status=status, next_url=next_url, error=error, signin_token=token
+    )
+    resp.set_cookie(
+        SIGNIN_COOKIE, token, max_age=3600, path="/signin", **web_session.cookie_kwargs(request)
+    )
+    return resp
+
+
 @bp.route("/signin", methods=["GET", "POST"])
 def signin() -> Response:
     """Stand-alone sign-in with an API token (``kgrade token create``)."""
     next_url = _local_path(request.values.get("next"), url_for("web.home"))
     if request.method == "GET":
-        return render("web/signin.html", next_url=next_url, error=None)
-    if not same_origin():
-        return error_page(403, "This form was posted from another site.")
+        return signin_page(next_url)
+    expected = request.cookies.get(SIGNIN_COOKIE, "")
+    sent = request.form.get("signin_token", "")
+    if not same_origin() or not expected or not hmac.compare_digest(expected, sent):
+        return signin_page(
+            next_url,
+            "This sign-in form expired or came from another site; sign in again.",
+            status=400,
+        )
     token = (request.form.get("token") or "").strip()
     with write_intent():
         db.session.rollback()
         who = authenticate(db.session, token) if token else None
         if who is None:
-            return render(
-                "web/signin.html",
-                status=401,
-                next_url=next_url,
-                error="That token is not valid (or was revoked). Ask your instructor for one, "
+            return signin_page(
+                next_url,
+                "That token is not valid (or was revoked). Ask your instructor for one, "
                 "or make one with `kgrade token create`.",
+                status=401,
             )
         started = web_session.start(
             db.session,
@@ -51,6 +75,7 @@ def signin() -> Response:
         db.session.commit()
     resp = redirect(next_url, code=303)
     web_session.set_cookie(resp, started.token)
+    resp.delete_cookie(SIGNIN_COOKIE, path="/signin")
     return resp
 
 
@@ -92,7 +117,7 @@ def enter() -> Response:
 @bp.get("/")
 def home() -> Response:
     if g.get("actor") is None:
-        return render("web/signin.html", next_url=url_for("web.home"), error=None)
+        return redirect(url_for("web.signin"), code=302)
     return course_page()
 
 
