@@ -44,50 +44,49 @@ def device_for_queue(queue: str | None) -> str:
 def lti_worker_argv(name: str) -> list[str]:
     """Command line of the worker of the LMS-facing tasks (``service.worker``): threads, since
     its tasks wait on HTTP, not on a GPU."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "service.worker",
-        "worker",
-        "-Q",
-        QUEUE_LTI,
-        "-c",
-        "4",
-        "--pool",
-        "threads",
-        "-n",
-        name,
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "info",
-    ]
+    return _celery_worker("service.worker", [QUEUE_LTI], name, concurrency=4, pool="threads")
 
 
 def worker_argv(queues: list[str] | tuple[str, ...], name: str) -> list[str]:
     """Command line of one grading worker process (``kgrade serve``'s sidecar, tests, deploys).
 
     One job at a time (``-c 1``, prefetch 1): the grader runs its own process tree per job, and
-    on a GPU one job per device keeps timings honest. Mingle and gossip are off because workers
-    share nothing but the broker.
+    on a GPU one job per device keeps timings honest.
     """
+    return _celery_worker(
+        "workers.celery_app",
+        queues,
+        name,
+        concurrency=1,
+        pool="prefork",
+        extra=["--prefetch-multiplier", "1"],
+    )
+
+
+def _celery_worker(
+    app: str,
+    queues: list[str] | tuple[str, ...],
+    name: str,
+    *,
+    concurrency: int,
+    pool: str,
+    extra: list[str] | None = None,
+) -> list[str]:
+    # Mingle and gossip are off: workers share nothing but the broker.
     return [
         sys.executable,
         "-m",
         "celery",
         "-A",
-        "workers.celery_app",
+        app,
         "worker",
         "-Q",
         ",".join(queues),
         "-c",
-        "1",
+        str(concurrency),
         "--pool",
-        "prefork",
-        "--prefetch-multiplier",
-        "1",
+        pool,
+        *(extra or []),
         "-n",
         name,
         "--without-mingle",

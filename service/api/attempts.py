@@ -16,7 +16,6 @@ from service.api.schemas import (
 )
 from service.auth import current_principal
 from service.core import assignments, attempts
-from service.core.errors import invalid
 from service.db.attempts import IN_PROGRESS, SUBMITTED
 from service.db.courses import QUIZ
 from service.extensions import db
@@ -131,13 +130,9 @@ class QuizAttempts(MethodView):
         """
         session = db.session
         actor = current_principal()
-        assignment = None
-        if args.get("assignment_id"):
-            assignment = assignments.get(
-                session, actor, args["assignment_id"], field="assignment_id", location="json"
-            )
-            if assignment.kind != QUIZ or assignment.resource_id != quiz_id:
-                raise invalid("json", "assignment_id", f"that assignment is not quiz {quiz_id!r}")
+        assignment = assignments.for_target(
+            session, actor, args.get("assignment_id"), QUIZ, quiz_id, "json"
+        )
         attempt, quiz = attempts.start(session, actor, quiz_id, args["lang"], assignment)
         view = attempts.attempt_view(
             attempt, quiz, allowed=attempts.attempt_limit(quiz, assignment)

@@ -184,15 +184,14 @@ def _read_source(ex: Exercise) -> tuple[str, str | None, bool]:
 
 
 def _assignment_arg(ex: Exercise) -> Any:
-    raw = request.args.get("assignment_id")
-    if not raw:
-        return None
-    a = assignments.get(
-        db.session, current_principal(), raw, field="assignment_id", location="query"
+    return assignments.for_target(
+        db.session,
+        current_principal(),
+        request.args.get("assignment_id"),
+        EXERCISE,
+        ex.id,
+        "query",
     )
-    if a.kind != EXERCISE or a.resource_id != ex.id:
-        raise invalid("query", "assignment_id", f"that assignment is not exercise {ex.id!r}")
-    return a
 
 
 # --- views -----------------------------------------------------------------------------------

@@ -178,9 +178,7 @@ def create(
 
 def copy_to(session: Session, original: Assignment, course_id: int) -> Assignment:
     """The same assignment in another course (the LMS copied a course with our link)."""
-    a = Assignment(
-        id=uuid.uuid4().hex,
-        course_id=course_id,
+    spec = AssignmentSpec(
         kind=original.kind,
         resource_id=original.resource_id,
         title=original.title,
@@ -188,13 +186,10 @@ def copy_to(session: Session, original: Assignment, course_id: int) -> Assignmen
         allowed_attempts=original.allowed_attempts,
         policy=original.policy,
         due_at=original.due_at,
-        score_maximum=original.score_maximum,
-        copied_from=original.id,
-        created_at=utcnow(),
     )
-    session.add(a)
-    session.flush()
-    return a
+    copy = create(session, course_id, spec, None)
+    copy.copied_from = original.id
+    return copy
 
 
 def find(session: Session, assignment_id: str) -> Assignment | None:
@@ -216,6 +211,24 @@ def get(
     a = find(session, assignment_id)
     if a is None or a.course_id != actor.course_id:
         raise not_found(field, f"unknown assignment {assignment_id!r}", location=location)
+    return a
+
+
+def for_target(
+    session: Session,
+    actor: Principal,
+    assignment_id: str | None,
+    kind: str,
+    resource_id: str,
+    location: str,
+) -> Assignment | None:
+    """The assignment a request names (``assignment_id``) for this quiz or exercise, or None
+    when it names none; 404 for another course's, 422 for one that delivers something else."""
+    if not assignment_id:
+        return None
+    a = get(session, actor, assignment_id, field="assignment_id", location=location)
+    if a.kind != kind or a.resource_id != resource_id:
+        raise invalid(location, "assignment_id", f"that assignment is not {kind} {resource_id!r}")
     return a
 
 

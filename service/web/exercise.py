@@ -96,16 +96,9 @@ def submit_solution(exercise_id: str) -> Response:
     ex = submissions.exercise(exercise_id)
     assignment = None
     try:
-        if request.form.get("assignment_id"):
-            assignment = assignments.get(
-                db.session,
-                a,
-                request.form["assignment_id"],
-                field="assignment_id",
-                location="form",
-            )
-            if assignment.kind != EXERCISE or assignment.resource_id != ex.id:
-                raise invalid("form", "assignment_id", "that assignment is for something else")
+        assignment = assignments.for_target(
+            db.session, a, request.form.get("assignment_id"), EXERCISE, ex.id, "form"
+        )
         source, filename = _source_from_form(submissions.max_source_bytes(current_app.config))
         with write_intent():
             db.session.rollback()

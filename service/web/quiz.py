@@ -19,7 +19,7 @@ from service.core.errors import ServiceError
 from service.core.views import quiz_view
 from service.db import write_intent
 from service.db.attempts import IN_PROGRESS
-from service.db.courses import Assignment
+from service.db.courses import QUIZ, Assignment
 from service.extensions import db
 from service.web.guard import actor, page, render
 from service.web.pages import bp
@@ -90,15 +90,9 @@ def start_attempt(quiz_id: str) -> Response:
     a = actor()
     with write_intent():
         db.session.rollback()
-        assignment = None
-        if request.form.get("assignment_id"):
-            assignment = assignments.get(
-                db.session,
-                a,
-                request.form["assignment_id"],
-                field="assignment_id",
-                location="form",
-            )
+        assignment = assignments.for_target(
+            db.session, a, request.form.get("assignment_id"), QUIZ, quiz_id, "form"
+        )
         attempt, _quiz = attempts.start(db.session, a, quiz_id, _lang("en"), assignment)
         db.session.commit()
     return redirect(url_for("web.attempt", attempt_id=attempt.id, view=_view()), code=303)
