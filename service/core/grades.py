@@ -29,7 +29,7 @@ from service.db.base import utcnow
 from service.db.courses import EXERCISE, LAST, STUDENT, Assignment, Course
 from service.db.lti import PASSBACK_PENDING, GradePassback
 from service.db.submissions import submissions
-from workers.store import DONE
+from workers.store import DONE, as_utc
 
 # --- one student's grade in an assignment -----------------------------------------------------
 
@@ -106,8 +106,6 @@ def summaries(
             if r.status != DONE:
                 s.in_progress += 1
             elif r.gradable:
-                from workers.store import as_utc
-
                 s.graded.append(
                     Graded(
                         str(r.id),

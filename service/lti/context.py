@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 ASSIGNMENT_PARAM = "kgrade_assignment"
 #: Custom parameter carrying the platform's due date (``$ResourceLink.submission.endDateTime``).
 DUE_PARAM = "kgrade_due"
+
+LAUNCH_KEPT = timedelta(days=7)
 
 _INSTRUCTOR = {"Instructor", "TeachingAssistant", "Administrator"}
 _LEARNER = {"Learner", "Student"}
@@ -150,6 +153,8 @@ def arrive(session: Session, launch: Launch) -> Arrival:
     )
     session.flush()
     rl = launch.claim("resource_link") or {}
+    # Launches are kept for a week (deep linking and review pages need theirs for hours).
+    session.execute(delete(LtiLaunch).where(LtiLaunch.created_at < utcnow() - LAUNCH_KEPT))
     row = LtiLaunch(
         id=launch.id,
         platform_id=launch.platform.id,

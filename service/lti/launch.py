@@ -20,7 +20,7 @@ Every refusal is a ``LaunchError`` with a sentence naming the problem; the views
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -303,7 +303,6 @@ class Launch:
     claims: dict[str, Any]
     state: str
     from_storage: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def message_type(self) -> str:
