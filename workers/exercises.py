@@ -18,6 +18,7 @@ from workers.verdicts import Verdict
 EXERCISES_DIR = Path(__file__).resolve().parents[1] / "item_bank" / "exercises"
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _EXPECT = re.compile(r"^#\s*expect:\s*([A-Z_]+)\s*$")
+_NEEDS = re.compile(r"^#\s*needs:\s*(benchmark|gpu)\s*$")
 
 DEFAULT_LIMITS = {"import_s": 120.0, "tests_s": 180.0, "benchmark_s": 300.0}
 # Modules a submission must not import (spec §4 "import denylist"): the reference, the grader
@@ -43,6 +44,11 @@ class ExerciseError(ValueError):
 class Solution:
     path: Path
     expected: Verdict
+    #: What shows the expected verdict, from an optional second header line ``# needs: ...``:
+    #: ``benchmark`` (the timed loop: CI grades it with the CPU rehearsal of that loop) or
+    #: ``gpu`` (only a GPU can show it: graded in the GPU pipeline, skipped on CPU). None: the
+    #: tests phase alone decides.
+    needs: str | None = None
 
     @property
     def name(self) -> str:
@@ -89,7 +95,7 @@ class Exercise:
         out = []
         for sub, default in (("correct", Verdict.PASS), ("wrong", None)):
             for f in sorted((self.path / "solutions" / sub).glob("*.py")):
-                out.append(Solution(f, expected_verdict(f, default)))
+                out.append(Solution(f, expected_verdict(f, default), solution_needs(f)))
         return out
 
 
@@ -101,6 +107,14 @@ def expected_verdict(path: Path, default: Verdict | None = None) -> Verdict:
     if default is None:
         raise ExerciseError(f"{path}: first line must be '# expect: VERDICT'")
     return default
+
+
+def solution_needs(path: Path) -> str | None:
+    for line in path.read_text().splitlines()[1:3]:
+        m = _NEEDS.match(line)
+        if m:
+            return m.group(1)
+    return None
 
 
 def list_exercises(root: Path = EXERCISES_DIR) -> list[str]:

@@ -1,7 +1,8 @@
 """The benchmark loop, run for real on CPU (``KGRADE_BENCH_REHEARSAL=1``, tiny shapes).
 
-CI has no GPU, yet the timing path (fresh inputs per call, secret probes, deferred input
-digests, several ranks, the trusted baseline) is where a grader breaks in ways that tests of
+CI has no GPU, yet the timing path (fresh inputs per call, checks chosen after each batch,
+committed output digests, host thread counts, the parent's wall clock, several ranks, the
+trusted baseline) is where a grader breaks in ways that tests of
 correctness never see. Rehearsal runs the same loop with wall-clock times.
 """
 
@@ -28,7 +29,7 @@ from workers.harness.parent import (
     REHEARSAL_ENV,
     TIMING_CPUS_ENV,
     TIMING_LOCK_ENV,
-    _canary_report,
+    canary_report,
     pin,
     stopped,
     timing_cpus,
@@ -40,7 +41,7 @@ from workers.results import GradeResult
 from workers.verdicts import Verdict
 
 # Correct in every checked test, then wrong or mutating once the timed calls begin: only the
-# benchmark's secret probes can catch these.
+# benchmark's checked calls, chosen after each batch, can catch these.
 LATE = """
 import torch
 _calls = [0]
@@ -91,15 +92,22 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
     assert r.speedup is not None and r.speedup > 0
     assert len(r.details["raw_samples_ms"][t.name]) == t.n
     prof = r.details["bench_profile"][t.name]
-    assert prof["calls"] == t.n and 1 <= prof["probes"] <= t.n
-    assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["noop_ms"] > 0
+    # checked after each batch of 10: 4 of the first batch's, 2 of each later one's, plus the
+    # warm-up's first 3
+    n_calls = t.n + prof["settle_calls"]
+    sizes = [10] * (n_calls // 10) + ([n_calls % 10] if n_calls % 10 else [])
+    assert prof["batches"] == 1 + len(sizes)
+    assert prof["checked"] == 3 + sum(min(2 + 2 * (i == 0), k) for i, k in enumerate(sizes))
+    assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["null_ms"] > 0
+    assert prof["overhead_ms"] > 0 and prof["batch_end_ms"] > 0
     assert prof["floor_stop"] is False  # a speedup the clamp keeps is measured in full
-    for part in ("call", "snapshot", "check"):  # the checked calls' cost, split
-        assert prof[f"checked_{part}_ms"] > 0
+    # the runner's state before the import: what the timed calls are held against
+    rb = r.details["runner_baseline"]
+    assert rb["threads"] >= 1 and rb["processes"] >= 1 and rb["null_ms"][t.name] > 0
     # our reference's calls were taken in the same loop: its median is the baseline
     base = r.details["baseline"]
     assert base["mode"] == "paired" and base["start_s"] > 0
-    assert base["cpus"] == sorted(timing_cpus(0) or []) and len(base["cpus"]) == 1
+    assert base["cpus"] is None  # a CPU job's calls are the CPU's work: left unpinned
     phases = r.details["phase_s"]
     assert list(phases) == ["import", "tests", "benchmark"] and all(v > 0 for v in phases.values())
     assert base["start_s"] < phases["benchmark"]
@@ -107,10 +115,9 @@ def test_correct_solution_is_timed_beside_the_reference() -> None:
     assert len(ref_samples) == base[t.name]["calls"] >= MIN_ITERS
     assert t.ref_median_ms == pytest.approx(statistics.median(ref_samples), rel=1e-3)
     assert base[t.name]["loop_s"] == prof["loop_s"]  # one loop for both
-    # Both sides do the same host work: ours writes its snapshots on its own draw (never
-    # checked), the submission's are checked; neither is ever left behind in the job.
-    assert base[t.name]["probes"] >= 1 and "checked_check_ms" not in base[t.name]
-    assert base[t.name]["written_snapshot_ms"] > 0
+    # Both sides do the same host work: ours writes as many snapshots per batch (never
+    # checked) as the submission's checked ones; neither is ever left behind in the job.
+    assert base[t.name]["checked"] == 0 and base[t.name]["batches"] == prof["batches"]
     can = r.details["canary"]
     assert can["gpu_ms"] > 0 and can["host_ms"] > 0 and "baseline" not in can
 
@@ -213,6 +220,7 @@ def test_timing_cpus_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv(TIMING_CPUS_ENV, raising=False)
     assert timing_cpus(0) == {allowed[-1]}  # auto: one CPU per GPU, from the last one down
     assert timing_cpus(1) == {allowed[-2 % len(allowed)]}
+    assert timing_cpus(None) is None  # a CPU job (rehearsal): left to the scheduler
     monkeypatch.setenv(TIMING_CPUS_ENV, "off")
     assert timing_cpus(0) is None
     monkeypatch.setenv(TIMING_CPUS_ENV, f"{allowed[0]}, 99999")
@@ -350,21 +358,21 @@ def test_timing_turns_can_be_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_canary_flags_a_machine_off_its_baseline_state() -> None:
     base = {"gpu_ms": 1.0, "host_ms": 1.0}
-    calm = _canary_report({"gpu_ms": 1.01, "host_ms": 1.04}, base)
+    calm = canary_report({"gpu_ms": 1.01, "host_ms": 1.04}, base)
     assert calm["off"] is False and calm["ratio"] == {"gpu_ms": 1.01, "host_ms": 1.04}
-    assert _canary_report({"gpu_ms": 1.0, "host_ms": 1.3}, base)["off"] is True
-    assert _canary_report({"gpu_ms": 0.9, "host_ms": 1.0}, base)["off"] is True
-    assert "off" not in _canary_report({"gpu_ms": 1.0}, None)  # no baseline yet
+    assert canary_report({"gpu_ms": 1.0, "host_ms": 1.3}, base)["off"] is True
+    assert canary_report({"gpu_ms": 0.9, "host_ms": 1.0}, base)["off"] is True
+    assert "off" not in canary_report({"gpu_ms": 1.0}, None)  # no baseline yet
 
 
 def test_a_timing_turn_is_not_waited_for_forever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers.harness import parent
+    from workers.harness import procs
 
     lock = tmp_path / "timing.lock"
     monkeypatch.setenv(TIMING_LOCK_ENV, str(lock))
-    monkeypatch.setattr(parent, "TIMING_TURN_MAX_WAIT_S", 0.3)
+    monkeypatch.setattr(procs, "TIMING_TURN_MAX_WAIT_S", 0.3)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a neighbour stuck in its loop
     try:
@@ -372,3 +380,53 @@ def test_a_timing_turn_is_not_waited_for_forever(
             assert 0.3 <= waited < 5.0
     finally:
         os.close(fd)
+
+
+# Wrong on about 6 calls in 10 from the start of the timed loop (right in the tests and the
+# warm-up): 4 checks chosen after a 10-call batch all miss such a batch with probability
+# C(4,4)/C(10,4) < 0.5 %, and every shape has at least one batch.
+MOSTLY_WRONG = LATE.format(
+    late="out = torch.zeros_like(out) if __import__('random').random() < 0.6 else out"
+).replace("_calls[0] > 40", "_calls[0] > 16")
+# Replaces a runner method without updating the runner's identity records.
+PATCHES_RUNNER = (
+    _src("attention-merge", "solutions/correct/stable_fp32.py").decode()
+    + """
+import sys
+_R = sys.modules["__main__"].Rank
+_orig = _R.write_captures
+_R.write_captures = lambda self, p: _orig(self, p)
+"""
+)
+
+
+def test_a_submission_wrong_on_most_calls_fails() -> None:
+    r = grade("attention-merge", MOSTLY_WRONG.encode(), device="cpu")
+    assert r.verdict is Verdict.WRONG_ANSWER, r.output
+    assert "benchmark" in r.output
+
+
+def test_a_replaced_runner_method_is_tampering() -> None:
+    r = grade("attention-merge", PATCHES_RUNNER.encode(), device="cpu")
+    assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
+    assert "Rank.write_captures" in r.output
+
+
+def test_outputs_finished_after_the_window_break_their_digest() -> None:
+    # the bank's lazy cheat hides its replaced method from the identity check: the digest
+    # committed at the end of the window is what catches it
+    r = grade(
+        "attention-merge", _src("attention-merge", "solutions/wrong/lazy_outputs.py"), device="cpu"
+    )
+    assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
+    assert "changed after the timed window" in r.output
+
+
+def test_threads_are_counted_from_the_host_against_the_pre_import_baseline() -> None:
+    r = grade(
+        "attention-merge",
+        _src("attention-merge", "solutions/wrong/background_thread.py"),
+        device="cpu",
+    )
+    assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
+    assert "before its import" in r.output and "started threads" in r.output

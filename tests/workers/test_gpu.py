@@ -40,3 +40,19 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 """
     r = grade("attention-merge", src, device="cuda")
     assert r.verdict in (Verdict.INTEGRITY_VIOLATION, Verdict.WRONG_ANSWER), r.output
+
+
+GPU_ONLY = [
+    (ex_id, s)
+    for ex_id in ("attention-merge", "block-attention", "nsa-attention", "ring-attention")
+    for s in load_exercise(ex_id).solutions()
+    if s.needs == "gpu"
+]
+
+
+@needs_cuda
+@pytest.mark.parametrize(("ex_id", "sol"), GPU_ONLY, ids=[f"{e}:{s.name}" for e, s in GPU_ONLY])
+def test_gpu_only_known_solutions(ex_id: str, sol) -> None:  # type: ignore[no-untyped-def]
+    r = grade(ex_id, sol.path.read_bytes(), device="cuda")
+    assert r.verdict is sol.expected, r.output
+    assert "benchmark" in r.output

@@ -1,12 +1,16 @@
 """CI gate: every known solution of every exercise gets its expected verdict on CPU.
 
-All gradings run concurrently (each is a separate process tree; threads only wait on pipes),
-once per session, so the whole bank costs a few minutes even on two cores.
+Solutions marked ``# needs: benchmark`` (timing cheats) are graded with the CPU rehearsal of
+the benchmark loop, and so is one correct solution per exercise (the honest half of those
+cheats: the timing checks must not touch it); ``# needs: gpu`` ones are graded only on a GPU
+(the pipeline run and tests/workers/test_gpu.py). All gradings run concurrently (each is a
+separate process tree; threads only wait on pipes), once per session.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,6 +20,22 @@ from workers.harness import grade
 from workers.verdicts import Verdict
 
 SOLUTIONS = [(ex_id, s) for ex_id in list_exercises() for s in load_exercise(ex_id).solutions()]
+#: The correct solutions the timing cheats are built on (their "honest part" comment).
+CHEAT_BASES = {
+    f"{ex_id}:correct/{m.group(1)}"
+    for ex_id, s in SOLUTIONS
+    if s.needs
+    for m in [
+        re.search(r"^# The honest part is solutions/correct/(\w+)\.py", s.path.read_text(), re.M)
+    ]
+    if m
+}
+
+
+def rehearsed(ex_id: str, sol) -> bool:  # type: ignore[no-untyped-def]
+    return sol.needs == "benchmark" or f"{ex_id}:{sol.name}" in CHEAT_BASES
+
+
 REQUIRED = {"attention-merge", "block-attention", "ring-attention", "nsa-attention"}
 
 
@@ -25,10 +45,19 @@ def graded() -> dict[str, object]:
 
     def run(item):  # type: ignore[no-untyped-def]
         ex_id, sol = item
-        return f"{ex_id}:{sol.name}", grade(ex_id, sol.path.read_bytes(), device="cpu")
+        src = sol.path.read_bytes()
+        return f"{ex_id}:{sol.name}", grade(
+            ex_id, src, device="cpu", rehearsal=rehearsed(ex_id, sol)
+        )
 
+    todo = [(e, s) for e, s in SOLUTIONS if s.needs != "gpu"]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(pool.map(run, SOLUTIONS))
+        out = dict(pool.map(run, [t for t in todo if not rehearsed(*t)]))
+    # Timed loops one at a time, on an otherwise quiet machine: the wall-clock checks compare
+    # the grader's clock with the reported times, and two cores shared by three gradings delay
+    # the grader's wake-ups by milliseconds (docs/grading.md).
+    out.update(map(run, [t for t in todo if rehearsed(*t)]))
+    return out
 
 
 def test_bank_is_complete() -> None:
@@ -41,9 +70,16 @@ def test_bank_is_complete() -> None:
 
 @pytest.mark.parametrize(("ex_id", "sol"), SOLUTIONS, ids=[f"{e}:{s.name}" for e, s in SOLUTIONS])
 def test_solution_verdict(graded: dict[str, object], ex_id: str, sol) -> None:  # type: ignore[no-untyped-def]
+    if sol.needs == "gpu":
+        pytest.skip("only a GPU shows this verdict: graded by the GPU pipeline")
     r = graded[f"{ex_id}:{sol.name}"]
     assert r.verdict is sol.expected, f"{r.verdict.value}: {r.output}\n{r.logs[-2000:]}"
     doc = r.to_results_json()  # validates the schema too
     assert doc["gradable"] is True
     assert (doc["score"] > 0) == (sol.expected is Verdict.PASS)
     assert r.isolation != "none"
+    if rehearsed(ex_id, sol) and sol.expected is Verdict.PASS:
+        assert r.details.get("rehearsal") and r.timings, "the benchmark rehearsal ran"
+    if sol.needs == "benchmark":  # the timed loop caught it, not the tests
+        assert all(t.passed for t in r.tests if t.name != "benchmark"), r.output
+        assert "benchmark" in r.output, r.output

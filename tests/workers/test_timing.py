@@ -50,6 +50,46 @@ def test_past_floor_needs_every_call_beyond_the_clamp() -> None:
     assert not timing.past_floor([3.0] * timing.MIN_ITERS, base, clamp=4.0)
 
 
+def test_the_parent_clock_bounds_the_reported_time() -> None:
+    # honest: 0.6 ms reported, 0.35 ms of harness overhead per call, some jitter
+    walls = [0.95 + 0.01 * (i % 5) for i in range(20)]
+    events = [0.6] * 20
+    assert timing.unexplained_wall_ms(events, walls, 0.35, "cuda") is None
+    # a clock slowed 4x reports 0.15 ms of the same calls: 0.45 ms unaccounted for
+    gap = timing.unexplained_wall_ms([0.15] * 20, walls, 0.35, "cuda")
+    assert gap is not None and gap == pytest.approx(0.47, abs=0.01)
+    # medians: a few descheduled calls are noise, a clock that lies on most calls is not
+    assert timing.unexplained_wall_ms(events, [*walls[:15], *[9.0] * 5], 0.35, "cuda") is None
+    assert timing.unexplained_wall_ms([0.15] * 11 + [0.6] * 9, walls, 0.35, "cuda") is not None
+    # too few calls to judge; the CPU rehearsal's looser tolerance (two busy cores)
+    assert timing.unexplained_wall_ms([0.15] * 4, walls[:4], 0.35, "cuda") is None
+    assert timing.unexplained_wall_ms([5.0] * 20, [6.5] * 20, 0.35, "cpu") is None
+    assert timing.unexplained_wall_ms([1.5] * 20, [6.5] * 20, 0.35, "cpu") is not None
+
+
+def test_output_digest_sees_every_word() -> None:
+    import torch
+
+    from workers.harness.runner import digest_weights, output_digest
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 129, 7, generator=g).to(torch.bfloat16)  # odd sizes
+    n = x.numel()
+    w = digest_weights(n, 12345, "cpu")
+    assert w.dtype == torch.int32 and int(w.min()) >= 0 and int(w.max()) < 1 << 15
+    d = output_digest(x, w)
+    assert d == output_digest(x.clone(), digest_weights(n, 12345, "cpu"))  # deterministic
+    assert d != output_digest(x, digest_weights(n, 54321, "cpu"))  # keyed
+    for i in (0, n // 2, n - 1):  # one element changed anywhere
+        y = x.clone().reshape(-1)
+        y[i] = y[i] + 1
+        assert output_digest(y.reshape(x.shape), w) != d
+    # 32-bit words are digested as two 16-bit ones, with as many weights
+    f = torch.randn(1000, generator=g)
+    wf = digest_weights(2 * f.numel(), 7, "cpu")
+    assert output_digest(f, wf) != output_digest(f.neg(), wf)
+
+
 def test_keyed_input_digest() -> None:
     import torch
 

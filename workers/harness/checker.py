@@ -75,6 +75,7 @@ class Checker:
         else:
             self.cases += self._twins()
         self.out_hash: dict[int, str] = {}
+        self.weights: dict[tuple[int, int], torch.Tensor] = {}  # output digest weights
         self.calls: dict[int, Call] = {}
         self.bench: list[BenchShape] = []
         if self.device == "cuda":
@@ -208,6 +209,7 @@ class Checker:
         tag: str,
         inputs: dict[str, torch.Tensor],
         key: int | None = None,
+        wkey: int | None = None,
     ) -> tuple[Check, dict[str, torch.Tensor]]:
         """Contract checks on the runner's description, then parse the snapshot files."""
         got = {d.get("name"): d for d in res.get("outputs", [])}
@@ -258,6 +260,12 @@ class Checker:
             if not path.is_file():
                 return fail(Verdict.INTEGRITY_VIOLATION, f"no snapshot of output {o.name!r}"), outs
             outs[o.name] = RFMT.read_raw(path, want_dt, list(o.shape))
+            if wkey is not None and not self._digest_matches(outs[o.name], res, o.name, wkey):
+                return fail(
+                    Verdict.INTEGRITY_VIOLATION,
+                    f"output {o.name!r} changed after the timed window: the copy taken inside "
+                    "the window does not match the digest committed at its end",
+                ), outs
         for iname, t in inputs.items():
             if key is not None:  # timed calls: the keyed device digest
                 same = in_meta.get(iname, {}).get("digest") == RFMT.input_digest(t, key)
@@ -271,6 +279,18 @@ class Checker:
         if bad:
             return fail(Verdict.POLICY_VIOLATION, f"forbidden attention ops called: {bad}"), outs
         return Check(), outs
+
+    def _digest_matches(self, t: torch.Tensor, res: dict[str, Any], name: str, wkey: int) -> bool:
+        # on the runner's device: the same kernels, so the same integer sums
+        dev = self.device if self.device == "cuda" and torch.cuda.is_available() else "cpu"
+        x = t.to(dev)
+        n = x.numel() * x.element_size() // 2
+        w = self.weights.get((n, wkey))
+        if w is None:
+            if len(self.weights) > 8:
+                self.weights.clear()
+            w = self.weights[(n, wkey)] = RFMT.digest_weights(n, wkey, dev)
+        return (res.get("digests") or {}).get(name) == RFMT.output_digest(x, w)
 
     def check(self, i: int, results: list[dict[str, Any]]) -> Check:
         c, call = self.cases[i], self.calls.pop(i)
@@ -304,15 +324,18 @@ class Checker:
                 p.unlink(missing_ok=True)
 
     def bench_check(
-        self, b: int, seed: int, res: dict[str, Any], tag: str, key: int | None = None
+        self,
+        b: int,
+        seed: int,
+        res: dict[str, Any],
+        tag: str,
+        key: int | None = None,
+        wkey: int | None = None,
     ) -> Check:
         shape = self.bench[b]
-        x = {
-            name: RFMT.gen_tensor(spec, seed + k, self.device)
-            for k, (name, spec) in enumerate(sorted(shape.gens.items()))
-        }
+        x = RFMT.gen_inputs(shape.gens, seed, self.device)
         try:
-            chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x, key)
+            chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x, key, wkey)
             if not chk.ok:
                 return chk
             xs = {k: v.to(self.gold_device) for k, v in x.items()}
@@ -355,8 +378,9 @@ def main() -> None:
                 )
             elif op == "bench_check":
                 key = int(cmd["key"]) if cmd.get("key") is not None else None
+                wkey = int(cmd["wkey"]) if cmd.get("wkey") is not None else None
                 c = checker.bench_check(
-                    int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"], key
+                    int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"], key, wkey
                 )
                 _reply(
                     {

@@ -14,6 +14,8 @@ SHAPE_BUDGET_S = 3.0  # GPU seconds of timed calls per shape
 # Wall seconds per shape: for a tiny kernel the per-call harness work (fresh inputs, poisoning,
 # L2 flush, IPC, probes) dwarfs the kernel, and the GPU budget alone would never end the loop.
 SHAPE_WALL_BUDGET_S = 20.0
+# A CPU rehearsal's loop only has to run every step of the GPU path: its times mean nothing.
+REHEARSAL_WALL_BUDGET_S = 4.0
 WARMUP_CALLS = 3
 WARMUP_MIN_S = 0.05
 SIDE_STREAM_RATIO = 0.5  # e_stream < 0.5 * e_sync ...
@@ -23,7 +25,17 @@ CANARY_TOLERANCE = 0.05  # a job's canary this far from the baseline's: a noisy 
 # slowest is at the score's floor; the loop stops there (see past_floor).
 FLOOR_STOP_MARGIN = 1.25
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
-CALL_OVERHEAD_MS = 0.25  # host cost inside the runner's call window around the events
+# Wall-clock plausibility (grader spec §5): the median call's parent wall time, less the
+# harness's per-call overhead O, must be accounted for by its reported time within
+# ABS + REL x the reported time. A clock slowed 4x leaves 75 % of every call unaccounted for.
+# CPU rehearsals share two cores with the rest of CI: wake-ups there take milliseconds.
+PLAUSIBLE_ABS_MS = {"cuda": 0.05, "cpu": 1.0}
+PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 0.25}
+MIN_PLAUSIBLE_CALLS = 5
+# The digest phase after a window (its outputs' digests, then the reply) against the null
+# call's: a median more than ABS + REL x that is work done after the window.
+REPLY_ABS_MS = {"cuda": 0.1, "cpu": 2.0}
+REPLY_REL = {"cuda": 0.5, "cpu": 1.0}
 
 
 @dataclass
@@ -113,16 +125,26 @@ def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
 
 
-def plausible(events_ms: list[float], call_walls_ms: list[float], walls_ms: list[float]) -> bool:
-    """Wall-clock plausibility of reported event times (grader spec §5).
+def unexplained_wall_ms(
+    events_ms: list[float], walls_ms: list[float], overhead_ms: float, device: str
+) -> float | None:
+    """The median call's parent wall time the reported time and the harness overhead leave
+    unexplained, when that is more than the tolerance; None while the calls are plausible (or
+    too few to judge). Medians: one descheduled call is noise, a forged clock shows in all."""
+    if len(events_ms) < MIN_PLAUSIBLE_CALLS:
+        return None
+    kind = "cuda" if device == "cuda" else "cpu"
+    reported = statistics.median(events_ms)
+    gap = statistics.median(w - e for w, e in zip(walls_ms, events_ms, strict=True)) - overhead_ms
+    tol = PLAUSIBLE_ABS_MS[kind] + PLAUSIBLE_REL[kind] * reported
+    return gap if gap > tol else None
 
-    Upper bound: no call's events exceed the parent's own wall clock for it. Lower bound: the
-    events cover the runner's call window up to a small per-call host overhead and 10 % jitter;
-    a patched timer or work hidden outside the window reports far less.
-    """
-    n = len(events_ms)
-    if n == 0:
-        return False
-    if sum(events_ms) > sum(walls_ms) + 0.05 * n:
-        return False
-    return sum(events_ms) >= 0.9 * sum(call_walls_ms) - n * CALL_OVERHEAD_MS
+
+def slow_reply_ms(replies_ms: list[float], expected_ms: float, device: str) -> float | None:
+    """How much longer than ``expected_ms`` the median digest phase took, when that is more than
+    the tolerance; None otherwise (or too few calls to judge)."""
+    if len(replies_ms) < MIN_PLAUSIBLE_CALLS:
+        return None
+    kind = "cuda" if device == "cuda" else "cpu"
+    extra = statistics.median(replies_ms) - expected_ms
+    return extra if extra > REPLY_ABS_MS[kind] + REPLY_REL[kind] * expected_ms else None

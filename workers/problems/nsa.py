@@ -30,6 +30,8 @@ from workers.problems.common import (
     shape_picker,
 )
 
+PEAKED_Q = 3.0  # q scale of the peaked (stage 1) inputs
+
 CONFIG_FIELDS = (
     "cmp_block",
     "cmp_stride",
@@ -210,11 +212,11 @@ def _inputs(p: dict[str, Any], seed: int) -> dict[str, torch.Tensor]:
     if peaked:
         # Planted peaks: one strong direction per selection block makes block scores far
         # apart, so the gold top-n is unambiguous (stage 1 must not hinge on ties).
-        q = q * 3.0
+        q = q * PEAKED_Q
     v = sample((B, T, Hkv, D), "normal", g)
     gates = torch.rand((B, T, Hq, 3), generator=g)
     fav = int(p.get("favour", -1))
-    if fav >= 0:
+    if fav >= 0:  # the same rule as the timing generator's per-row "favour"
         gates[..., fav] = 0.5 + 0.5 * gates[..., fav]
         gates[..., [c for c in range(3) if c != fav]] *= 0.5
     return {"q": q.to(dt), "k": k.to(dt), "v": v.to(dt), "gates": gates.to(dt)}
@@ -400,18 +402,27 @@ def check(ex: Any, case: CaseDef, call: Call, outputs: list[dict[str, torch.Tens
     return c
 
 
+def bench_gens(B: int, T: int, Hq: int, Hkv: int, D: int, dt: str) -> dict[str, dict[str, Any]]:
+    """Timed-call inputs as hard as the hidden tests, all in every call: q rows normal or
+    peaked (the stage-1 scale: separated block scores, logits large enough that 16-bit
+    logits miss the per-branch LSE tolerance), and gates that favour one branch per (token,
+    head) row, each branch in turn, so a kernel that drops or skimps on a branch is wrong on
+    about a third of every call's rows."""
+    return {
+        "q": {"shape": [B, T, Hq, D], "dtype": dt, "mix": {"values": [1.0, PEAKED_Q]}},
+        "k": {"shape": [B, T, Hkv, D], "dtype": dt},
+        "v": {"shape": [B, T, Hkv, D], "dtype": dt},
+        "gates": {"shape": [B, T, Hq, 3], "dtype": dt, "dist": "uniform", "favour": {}},
+    }
+
+
 def bench_calls(ex: Any) -> list[BenchShape]:
     shapes = []
     for s in ex.benchmark:
         dt = s["dtype"]
         cfg = _cfg(s.get("config") or {})
         B, T, Hq, Hkv, D = (int(s[k]) for k in ("B", "T", "Hq", "Hkv", "D"))
-        gens = {
-            "q": {"shape": [B, T, Hq, D], "dtype": dt, "dist": "normal"},
-            "k": {"shape": [B, T, Hkv, D], "dtype": dt, "dist": "normal"},
-            "v": {"shape": [B, T, Hkv, D], "dtype": dt, "dist": "normal"},
-            "gates": {"shape": [B, T, Hq, 3], "dtype": dt, "dist": "uniform"},
-        }
+        gens = bench_gens(B, T, Hq, Hkv, D, dt)
         outs = _out_specs(B, T, Hq, Hkv, D, cfg["sel_count"], DTYPES[dt])
         Tc = max(0, (T - cfg["cmp_block"]) // cfg["cmp_stride"] + 1)
         keys = Tc / 2 + cfg["sel_count"] * cfg["sel_block"] + cfg["window"]

@@ -7,11 +7,14 @@ and at least P-1 point-to-point transfers per rank.
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 import torch
 
 from workers.problems.base import BenchShape, Call, CaseDef, OutSpec, value
+from workers.problems.block import bench_gens as block_bench_gens
 from workers.problems.block import check_attention
 from workers.problems.common import (
     DTYPES,
@@ -42,6 +45,11 @@ COLLECTIVES = (
     "scatter",
 )
 P2P = ("send", "recv", "isend", "irecv")
+#: Elements of one fp64 score tile, and of all of them, when a timed call is checked: rank 0's
+#: 32k rows against 64k keys and 32 heads would be 2^36; 2^31 keeps 1024 random rows.
+GOLD_CHUNK = 1 << 26
+GOLD_BUDGET = 1 << 31
+_SYSRAND = random.SystemRandom()  # which rows are checked: not derivable from anything public
 
 
 def positions(T: int, P: int, r: int, layout: str) -> torch.Tensor:
@@ -165,11 +173,8 @@ def bench_calls(ex: Any) -> list[BenchShape]:
         dt = s["dtype"]
         B, T, Hq, Hkv, D = (int(s[k]) for k in ("B", "T", "Hq", "Hkv", "D"))
         n = T // P
-        gens = {
-            "q": {"shape": [B, n, Hq, D], "dtype": dt, "dist": "normal"},
-            "k": {"shape": [B, n, Hkv, D], "dtype": dt, "dist": "normal"},
-            "v": {"shape": [B, n, Hkv, D], "dtype": dt, "dist": "normal"},
-        }
+        # a rank's shard; the hidden distributions, row by row, as in block-attention
+        gens = block_bench_gens(ex, [B, n, Hq, D], [B, n, Hkv, D], dt)
         kw = {
             "causal": value(bool(s["causal"])),
             "group": {"t": "group"},
@@ -197,12 +202,74 @@ def bench_calls(ex: Any) -> list[BenchShape]:
     return shapes
 
 
+def _gold_rows(
+    q: torch.Tensor,
+    qpos: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dense attention of query rows q [B, R, Hq, D] at global positions ``qpos`` against the
+    whole sequence k, v [B, T, Hkv, D], in ``dtype``: out [B, R, Hq, D], lse [B, Hq, R].
+    Row chunks bound the score tile (a rank's rows against 64k keys do not fit at once)."""
+    B, R, Hq, D = q.shape
+    T, G = k.shape[1], Hq // k.shape[2]
+    sc = (1.0 / math.sqrt(D)) if scale is None else float(scale)
+    kh = k.to(dtype).permute(0, 2, 1, 3).repeat_interleave(G, dim=1)  # [B, Hq, T, D]
+    vh = v.to(dtype).permute(0, 2, 1, 3).repeat_interleave(G, dim=1)
+    kpos = torch.arange(T, device=q.device).view(1, -1)
+    step = max(1, GOLD_CHUNK // max(1, B * Hq * T))
+    outs, lses = [], []
+    for i in range(0, R, step):
+        s = q[:, i : i + step].to(dtype).permute(0, 2, 1, 3) @ kh.transpose(-1, -2) * sc
+        if causal:
+            s = s.masked_fill(qpos[i : i + step].view(-1, 1) < kpos, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)  # [B, Hq, r]; -inf for rows that see no key
+        p = torch.exp(s - lse.masked_fill(torch.isneginf(lse), 0.0).unsqueeze(-1))
+        outs.append((p.nan_to_num(0.0) @ vh).permute(0, 2, 1, 3))
+        lses.append(lse)
+    return torch.cat(outs, 1), torch.cat(lses, 2)
+
+
 def check_bench(
     ex: Any, shape: BenchShape, x: dict[str, torch.Tensor], out: dict[str, torch.Tensor]
 ) -> Check:
-    # Ring timing probes would need all ranks' inputs in one place; correctness is fully
-    # covered by the checked cases, so timed probes only check finiteness and shape here.
-    o = out["out"]
-    if not bool(torch.isfinite(o.float()).all()):
-        return fail(Verdict.WRONG_ANSWER, "non-finite output in a timed call")
-    return Check()
+    """A timed call's rank-0 outputs against the gold of the whole ring.
+
+    ``x`` is rank 0's shard. Every rank draws its shard from the call's one seed, so every rank
+    holds these values and the global sequence has them at each rank's positions. Rank 0's
+    rows are checked against it: all of them on small shapes, else a random subset the
+    submission cannot foresee (``GOLD_BUDGET``).
+    """
+    p = shape.params
+    P = int(ex.world_size)
+    layout = p.get("layout", "zigzag")
+    causal = bool(p["causal"])
+    q = x["q"]
+    B, n, Hq, _ = q.shape
+    T = n * P
+    dev = q.device
+    shards = [x] * P  # rank r's inputs (per-rank seeds would give each rank its own draw)
+    glob = {}
+    for name in ("k", "v"):
+        t = x[name].new_empty((B, T, *x[name].shape[2:]))  # [B, T, Hkv, D]
+        for r in range(P):
+            t[:, positions(T, P, r, layout).to(dev)] = shards[r][name]
+        glob[name] = t
+    rows = torch.arange(n, device=dev)
+    keep = max(1, GOLD_BUDGET // max(1, B * Hq * T))
+    if keep < n:
+        rows = torch.tensor(sorted(_SYSRAND.sample(range(n), keep)), device=dev)
+    qpos = positions(T, P, 0, layout).to(dev)[rows]
+    args = (q[:, rows], qpos, glob["k"], glob["v"])
+    kw = {"causal": causal, "scale": p.get("scale")}
+    go, gl = _gold_rows(*args, dtype=torch.float64, **kw)
+    lo, ll = _gold_rows(*args, dtype=torch.float32, **kw)
+    mine = {"out": out["out"][:, rows], "lse": out["lse"][:, :, rows]}
+    c = check_attention(ex, mine, go, gl, lowprec(lo, q.dtype), ll)
+    if not c.ok:
+        c.message = f"rank 0: {c.message}"
+    return c

@@ -1,0 +1,474 @@
+"""One grading job's processes: the trusted checker, the sandboxed runner and the channels
+between them (grader spec §2). ``Job`` starts and stops them; ``Failure`` ends a job with a
+verdict wherever it is raised."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.exercises import Exercise
+from workers.sandbox import Limits, Sandboxed, SandboxSpec, sandbox_uid
+from workers.verdicts import Verdict
+
+REPO = Path(__file__).resolve().parents[2]
+#: A directory where trusted reference runs keep compiled Triton kernels between jobs.
+REF_TRITON_CACHE_ENV = "KGRADE_REF_TRITON_CACHE"
+RUNNER = Path(__file__).with_name("runner.py")
+MAX_MSG = 1 << 20
+
+#: Communication settings the operator's environment imposes on every GPU program, kept in the
+#: otherwise clean job environment: e.g. NVLink multicast off on hosts whose GPUs are shared
+#: (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1).
+OPERATOR_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+
+
+def operator_comm_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(OPERATOR_ENV_PREFIXES)}
+
+
+def job_gpus(world: int) -> tuple[list[int], dict[str, str]]:
+    """The GPUs one job may use, as nvidia-smi indices, and the CUDA environment showing only them.
+
+    ``KGRADE_GPUS`` lists the worker's GPUs (one worker per GPU, so jobs on neighbouring GPUs
+    never share one); without it, ``CUDA_VISIBLE_DEVICES`` when it is a list of indices, else
+    the first ``world`` GPUs. PCI bus order makes CUDA's numbering that of nvidia-smi and of the
+    /dev/nvidiaN nodes the sandbox exposes; inside the job the GPUs are then 0..world-1.
+    """
+    want = max(1, world)
+    spec = os.environ.get("KGRADE_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
+    try:
+        listed = [int(g) for g in spec.split(",") if g.strip()]
+    except ValueError:  # GPU UUIDs or MIG names: keep CUDA's own view
+        listed = []
+    gpus = listed[:want] if listed else list(range(want))
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+    if spec and not listed:
+        env["CUDA_VISIBLE_DEVICES"] = spec
+    return gpus, env
+
+
+#: ``progress(phase, done, total)``: phases ``import`` (0/1, 1/1), ``tests`` (cases finished of
+#: all cases), ``benchmark`` (shapes timed of all shapes) and ``done`` (1/1), in that order, with
+#: ``done`` never decreasing within a phase. Only fixed phase names and counts: nothing the
+#: submission controls, and no case names (hidden cases stay undescribed).
+ProgressFn = Callable[[str, int, int], None]
+
+
+class Failure(Exception):
+    """Ends grading with a verdict (raised anywhere inside a job)."""
+
+    def __init__(self, verdict: Verdict, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+def harness_hash() -> str:
+    """Hash of the harness code, recorded with every result (re-grade when it changes)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _secret(secret: bytes | None) -> bytes:
+    if secret:
+        return secret
+    env = os.environ.get("KGRADE_GRADER_SECRET")
+    if env:
+        return env.encode()
+    return secrets.token_bytes(32)  # no configured secret: a random one per run
+
+
+# --------------------------------------------------------------------------- channels
+
+
+class Channel:
+    """JSON lines over a parent-created socket; every read has a deadline."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def send(self, obj: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall((json.dumps(obj) + "\n").encode())
+        except OSError as e:
+            raise EOFError(str(e)) from e
+
+    def recv(self, deadline: float) -> dict[str, Any]:
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                line = bytes(self.buf[:i])
+                del self.buf[: i + 1]
+                try:
+                    msg = json.loads(line)
+                except ValueError as e:
+                    raise Failure(Verdict.INTEGRITY_VIOLATION, "malformed runner message") from e
+                if not isinstance(msg, dict):
+                    raise Failure(Verdict.INTEGRITY_VIOLATION, "malformed runner message")
+                return msg
+            if len(self.buf) > MAX_MSG:
+                raise Failure(Verdict.INTEGRITY_VIOLATION, "oversized runner message")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise
+            except OSError as e:
+                raise EOFError(str(e)) from e
+            if not chunk:
+                raise EOFError("runner closed the channel")
+            self.buf += chunk
+
+
+class CheckerProc:
+    """The trusted checker: JSON lines over its stdin/stdout pipes."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "workers.harness.checker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=str(REPO),
+            start_new_session=True,
+            text=True,
+        )
+
+    def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin and self.proc.stdout
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except OSError as e:
+            raise Failure(Verdict.INFRA_ERROR, f"checker died: {e}") from e
+        if not line:
+            err = self.proc.stderr.read()[-3000:] if self.proc.stderr else ""
+            raise Failure(Verdict.INFRA_ERROR, f"checker died: {err}")
+        rep = json.loads(line)
+        if not rep.get("ok"):
+            raise Failure(
+                Verdict.INFRA_ERROR, f"checker error: {rep.get('error')}\n{rep.get('tb', '')}"
+            )
+        return rep
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.ask({"op": "exit"})
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - clean-up must not mask the verdict
+            self.proc.kill()
+
+
+# --------------------------------------------------------------------------- message validation
+
+
+def _validate_called(msg: dict[str, Any], call_id: str, n_out: int) -> None:
+    """Schema of a runner 'called' message: every field typed and bounded, ids matching."""
+
+    def need(c: bool, what: str) -> None:
+        if not c:
+            raise Failure(Verdict.INTEGRITY_VIOLATION, f"runner message: {what}")
+
+    need(msg.get("t") == "called" and msg.get("id") == call_id, "unexpected message or id")
+    need(isinstance(msg.get("ok"), bool), "ok flag")
+    need(isinstance(msg.get("wall_ms"), int | float), "wall_ms")
+    need(isinstance(msg.get("tamper", []), list), "tamper list")
+    need(isinstance(msg.get("ops", {}), dict), "ops map")
+    if msg["ok"]:
+        outs = msg.get("outputs")
+        need(isinstance(outs, list) and len(outs) == n_out, "outputs list")
+        need(all(isinstance(o, dict) for o in outs), "output entries")
+        need(isinstance(msg.get("inputs"), dict), "inputs map")
+        for k in ("ev_stream_ms", "ev_sync_ms"):
+            if k in msg:
+                need(isinstance(msg[k], int | float) and msg[k] >= 0, k)
+
+
+def _error_verdict(err: dict[str, Any]) -> Verdict:
+    return Verdict.RESOURCE_LIMIT if err.get("kind") == "resource" else Verdict.RUNTIME_ERROR
+
+
+def _fmt_err(err: dict[str, Any]) -> str:
+    return f"{err.get('type', 'Error')}: {err.get('msg', '')}\n{err.get('tb', '')}"
+
+
+# --------------------------------------------------------------------------- the job
+
+
+@dataclass
+class Job:
+    ex: Exercise
+    source: bytes
+    device: str
+    secret: bytes
+    trusted: bool = False  # our reference: kernels visible, no import denylist
+    isolation: str | None = None
+    only_public: bool = False
+    world: int = 1
+    root: Path = field(default_factory=Path)
+    chans: list[Channel] = field(default_factory=list)
+    box: Sandboxed | None = None
+    seccomp: bool = False  # the runner's syscall deny-list is installed
+    checker: CheckerProc | None = None
+    logs: str = ""
+    prior_logs: str = ""  # a restarted runner's predecessor's
+    marks: dict[str, float] = field(default_factory=dict)
+    progress: ProgressFn | None = None
+    base: Any = None  # the runner's state before the import (timed.Baseline), benchmark only
+    threads: int | None = None  # the runner's CPU thread pool, when its CPUs are fixed
+    cpus: set[int] | None = None  # the CPUs its runner is pinned to once it says hello
+
+    def report(self, phase: str, done: int, total: int) -> None:
+        """Tell the caller how far grading is; never affects the verdict."""
+        self.marks.setdefault(phase, time.monotonic())  # when each phase began
+        if self.progress is None:
+            return
+        # Progress is advisory (a closed events pipe, a database hiccup in the caller): a failing
+        # reporter must neither fail the student nor turn a verdict into INFRA_ERROR, so its
+        # errors are dropped here rather than reaching the verdict's try block.
+        with contextlib.suppress(Exception):
+            self.progress(phase, done, total)
+
+    def setup(self) -> None:
+        base = os.environ.get("KGRADE_JOB_ROOT") or None
+        self.root = Path(tempfile.mkdtemp(prefix="kgrade-job-", dir=base))
+        os.chmod(self.root, 0o711)
+        uid = sandbox_uid()
+        for sub in ("harness", "sub", "io", "out", "work"):
+            (self.root / sub).mkdir()
+            os.chmod(self.root / sub, 0o755)
+        for sub in ("out", "work"):
+            if uid is not None:
+                os.chown(self.root / sub, uid, uid)
+        shutil.copy(RUNNER, self.root / "harness" / "runner.py")
+        os.chmod(self.root / "harness" / "runner.py", 0o444)
+        (self.root / "sub" / "submission.py").write_bytes(self.source)
+        os.chmod(self.root / "sub" / "submission.py", 0o444)
+        (self.root / "work" / "tmp").mkdir()
+        if uid is not None:
+            os.chown(self.root / "work" / "tmp", uid, uid)
+
+    def device_env(self) -> dict[str, str]:
+        """What every process of the job inherits about devices: the operator's communication
+        settings and, on CUDA, only this job's GPUs."""
+        env = operator_comm_env()
+        if self.device == "cuda":
+            env.update(job_gpus(self.world)[1])
+        return env
+
+    def checker_env(self) -> dict[str, str]:
+        keep = ("PATH", "LANG", "LD_LIBRARY_PATH", "CUDA_HOME", "HOME")
+        env = {k: os.environ[k] for k in keep if k in os.environ}
+        env.update(self.device_env())  # the gold runs on the job's own GPU, never a neighbour's
+        pp = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(pp)
+        env["OMP_NUM_THREADS"] = os.environ.get("KGRADE_CHECKER_THREADS", "2")
+        return env
+
+    def start_runner(self) -> None:
+        pairs = [socket.socketpair() for _ in range(self.world)]
+        child_fds = tuple(b.fileno() for _, b in pairs)
+        for fd in child_fds:
+            os.set_inheritable(fd, True)
+        py = sys.executable
+        argv = [
+            py,
+            "-I",
+            "-P",
+            str(self.root / "harness" / "runner.py"),
+            "--device",
+            self.device,
+            "--job",
+            str(self.root),
+        ]
+        if self.world > 1:
+            port = 20000 + secrets.randbelow(40000)  # random rendezvous port per job
+            # the collective timeout outlasts every phase: a deadlock is the phase's TIMEOUT
+            dist_timeout = sum(self.ex.limits.values()) + 30
+            argv += [
+                "--fds",
+                ",".join(map(str, child_fds)),
+                "--world",
+                str(self.world),
+                "--port",
+                str(port),
+                "--dist-timeout",
+                str(dist_timeout),
+            ]
+        else:
+            argv += ["--fd", str(child_fds[0])]
+        tmp = "/tmp" if (self.isolation or "") != "rlimits" else str(self.root / "work" / "tmp")
+        rw = [self.root / "out", self.root / "work"]
+        triton_cache = self.root / "work" / ".triton"
+        shared_cache = os.environ.get(REF_TRITON_CACHE_ENV)
+        if self.trusted and shared_cache:
+            # Our reference may keep its compiled Triton kernels between jobs (grader spec §7: the
+            # reference has its own cache); recompiling its autotune configs in every reference
+            # run costs more GPU time than the timing itself. Untrusted jobs never see this dir.
+            triton_cache = Path(shared_cache)
+            triton_cache.mkdir(parents=True, exist_ok=True)
+            triton_cache.chmod(0o1777)  # the runner drops to an unprivileged uid
+            rw.append(triton_cache)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.root / "work"),
+            "LANG": "C.UTF-8",
+            "TMPDIR": tmp,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TRITON_CACHE_DIR": str(triton_cache),
+            "TORCHINDUCTOR_CACHE_DIR": f"{self.root}/work/.inductor",
+            "TORCH_EXTENSIONS_DIR": f"{self.root}/work/.ext",
+            "OMP_NUM_THREADS": str(self.threads or os.environ.get("KGRADE_RUNNER_THREADS", "2")),
+            "MASTER_ADDR": "127.0.0.1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "KINETO_LOG_LEVEL": "5",
+        }
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"  # Triton solutions run on CPU tensors (kernels spec §5)
+        for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        env.update(self.device_env())
+        ro = [self.root / "harness", self.root / "sub", self.root / "io"]
+        if self.trusted:
+            ro.append(REPO / "kernels")
+        spec = SandboxSpec(
+            cwd=self.root / "work",
+            rw_paths=rw,
+            ro_paths=ro,
+            env=env,
+            device=self.device,
+            gpu_indices=job_gpus(self.world)[0],
+            limits=Limits(),
+            isolation=self.isolation,
+        )
+        try:
+            self.box = Sandboxed(spec, argv, pass_fds=child_fds)
+        finally:
+            for _, b in pairs:
+                b.close()
+        self.isolation = self.box.isolation
+        self.seccomp = self.box.seccomp
+        self.chans = [Channel(a) for a, _ in pairs]
+
+    def runner_gone(self, what: str) -> Failure:
+        """Classify a vanished runner: output flood, signal, or crash."""
+        box = self.box
+        rc = box.wait(10) if box else None
+        self.logs = box.logs() if box else ""
+        if box and box.flooded:
+            return Failure(Verdict.RESOURCE_LIMIT, "output cap exceeded (stdout/stderr flood)")
+        sig = -rc if rc is not None and rc < 0 else (rc - 128 if rc and rc > 128 else 0)
+        if sig in (24, 25):  # SIGXCPU, SIGXFSZ
+            return Failure(Verdict.RESOURCE_LIMIT, f"{what}: resource limit (signal {sig})")
+        if sig == 9:
+            return Failure(Verdict.RESOURCE_LIMIT, f"{what}: killed (out of memory?)")
+        return Failure(Verdict.RUNTIME_ERROR, f"{what}: the runner exited (status {rc})")
+
+    def recv_all(self, deadline: float, phase: str) -> list[dict[str, Any]]:
+        out = []
+        for ch in self.chans:
+            try:
+                out.append(ch.recv(deadline))
+            except TimeoutError:
+                raise Failure(Verdict.TIMEOUT, f"{phase}: exceeded its time limit") from None
+            except EOFError:
+                raise self.runner_gone(phase) from None
+        return out
+
+    def send_all(self, msgs: list[dict[str, Any]], phase: str) -> None:
+        for ch, m in zip(self.chans, msgs, strict=True):
+            try:
+                ch.send(m)
+            except EOFError:
+                raise self.runner_gone(phase) from None
+
+    def stop_runner(self) -> str:
+        """End the runner, its whole process group whatever happened, and return its logs;
+        ``start_runner`` can then start a fresh one."""
+        logs = ""
+        try:
+            for ch in self.chans:
+                with contextlib.suppress(EOFError, OSError):
+                    ch.send({"t": "bye"})
+            if self.box:
+                self.box.wait(3)
+        finally:
+            if self.box:
+                self.box.kill()
+                logs = self.box.logs()
+            for ch in self.chans:
+                ch.sock.close()
+            self.chans, self.box = [], None
+        return logs
+
+    def close(self) -> None:
+        try:
+            logs = self.stop_runner()
+            self.logs = self.logs or logs  # a vanished runner's were read already
+        finally:
+            if self.checker:
+                self.checker.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def import_submission(job: Job, before: Callable[[float], None] | None = None) -> None:
+    """The import phase: every rank says hello (and joins the process group), ``before`` runs
+    with the phase's deadline while the runner is still ours alone, then the module is imported.
+    """
+    deadline = time.monotonic() + job.ex.limits["import_s"]
+    job.recv_all(deadline, "start-up")  # hello from every rank
+    if job.world > 1:
+        job.send_all([{"t": "init_dist"}] * job.world, "process group")
+        for m in job.recv_all(deadline, "process group"):
+            if not m.get("ok"):
+                raise Failure(Verdict.INFRA_ERROR, f"process group init failed: {m.get('error')}")
+    if before is not None:
+        before(deadline)
+    deny = [] if job.trusted else list(job.ex.forbidden_imports)
+    msg = {
+        "t": "import",
+        "path": str(job.root / "sub" / "submission.py"),
+        "entry": job.ex.entry,
+        "deny": deny,
+    }
+    if job.trusted:
+        msg["path_extra"] = str(REPO)
+    job.send_all([msg] * job.world, "import")
+    for m in job.recv_all(deadline, "import"):
+        if m.get("t") != "imported" or not isinstance(m.get("ok"), bool):
+            raise Failure(Verdict.INTEGRITY_VIOLATION, "runner message: import reply")
+        hits = m.get("hits") or []
+        if hits:
+            raise Failure(
+                Verdict.POLICY_VIOLATION, f"forbidden import: {sorted(set(map(str, hits)))}"
+            )
+        if not m["ok"]:
+            err = m.get("error") or {}
+            raise Failure(_error_verdict(err), "import failed: " + _fmt_err(err))
+    job.report("import", 1, 1)
