@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -141,6 +142,15 @@ def collect(
             sols = good + bad
         elif subset == "none":
             sols = []
+        elif subset == "timing":  # the timing cheats, and the correct solutions they build on
+            bases = {
+                m.group(1)
+                for s in sols
+                if s.needs
+                for m in [re.search(r"solutions/correct/(\w+)\.py", s.path.read_text())]
+                if m
+            }
+            sols = [s for s in sols if s.needs or s.path.stem in bases]
         if picks is not None:
             sols = [s for s in ex.solutions() if f"{eid}:{s.name}" in picks]
         for sol in sols:
@@ -251,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exercise", action="append", help="default: all")
     ap.add_argument(
         "--solutions",
-        choices=("all", "one", "none"),
+        choices=("all", "one", "none", "timing"),
         default="all",
-        help="every known solution, one correct and one wrong per exercise, or none (only the "
-        "reference runs: timing repeatability)",
+        help="every known solution, one correct and one wrong per exercise, none (only the "
+        "reference runs: timing repeatability), or the timing cheats (solutions marked "
+        "'# needs: ...') and the correct solutions they are built on",
     )
     ap.add_argument(
         "--solution",
