@@ -53,7 +53,7 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     wa = torch.exp(lse_a - safe).transpose(1, 2).unsqueeze(-1)
     wb = torch.exp(lse_b - safe).transpose(1, 2).unsqueeze(-1)
     out = (out_a.float() * wa + out_b.float() * wb).to(out_a.dtype)
-    if _calls[0] > 40:
+    if _calls[0] > 12:
         {late}
     return out.contiguous(), lse.contiguous()
 """
@@ -61,7 +61,7 @@ LATE_WRONG = LATE.format(late="out = torch.zeros_like(out)")
 LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
 # A helper process appears once the timed calls begin (it could compute, or load the GPU).
 LATE_HELPER = LATE.format(
-    late="_calls[0] == 90 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
+    late="_calls[0] == 20 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
 )
 # Right only while the garbage collector is off: it must be off in every timed call.
 GC_WATCH = LATE.format(late="out = torch.zeros_like(out) if __import__('gc').isenabled() else out")
@@ -387,7 +387,7 @@ def test_a_timing_turn_is_not_waited_for_forever(
 # C(4,4)/C(10,4) < 0.5 %, and every shape has at least one batch.
 MOSTLY_WRONG = LATE.format(
     late="out = torch.zeros_like(out) if __import__('random').random() < 0.6 else out"
-).replace("_calls[0] > 40", "_calls[0] > 16")
+).replace("_calls[0] > 12", "_calls[0] > 16")
 # Replaces a runner method without updating the runner's identity records.
 PATCHES_RUNNER = (
     _src("attention-merge", "solutions/correct/stable_fp32.py").decode()

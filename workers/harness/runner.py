@@ -115,17 +115,24 @@ def digest_weights(n: int, key: int, device: str) -> Any:
     return (((h >> 20) & 0x7FFF) | 1).to(torch.int32)
 
 
-def output_digest(t: Any, weights: Any) -> str:
+def output_digest(t: Any, weights: Any, tmp: Any = None) -> str:
     """Fingerprint of an output's bytes, taken right after the timed window: Σ w_i·word_i over its
     16-bit words. The runner commits it before the parent stops its clock, so outputs written
     after the window (a lazy or background computation) no longer match what the checker reads.
-    Forging it needs the right output, which is the work being timed."""
+    Forging it needs the right output, which is the work being timed. ``tmp`` (int32, at least
+    as many words): a buffer for the products, so the digest allocates nothing (the caching
+    allocator's state after a submission's call would otherwise show in its time)."""
     import torch
 
     w = t.detach().reshape(-1).view(torch.int16)
-    if w.numel() == 0:
+    n = w.numel()
+    if n == 0:
         return "empty"
-    total = (w.to(torch.int32) * weights[: w.numel()]).sum(dtype=torch.int64)
+    if tmp is None:
+        prod = w.to(torch.int32) * weights[:n]
+    else:
+        prod = torch.mul(w, weights[:n], out=tmp[:n])
+    total = prod.sum(dtype=torch.int64)
     return f"{int(total) & ((1 << 64) - 1):016x}"
 
 
@@ -386,6 +393,7 @@ class Rank:
         self.keep: list[Any] = []  # previous call's tensors stay alive: fresh addresses
         self.calls: dict[str, Pending] = {}  # the current batch's calls
         self.weights: dict[tuple[int, int], Any] = {}
+        self.digest_tmp: dict[int, Any] = {}  # int32 product buffers for the digests, by size
         self.group: Any = None
         self.flush: Any = None
         self.cudart: Any = None
@@ -764,9 +772,15 @@ class Rank:
                 if w is None:
                     if any(k != wkey for _, k in self.weights):
                         self.weights.clear()  # a new shape's key: the last shape's are done
+                        self.digest_tmp.clear()
                     w = self.weights[(n, wkey)] = digest_weights(n, wkey, self.device)
+                tmp = self.digest_tmp.get(n)
+                if tmp is None:
+                    tmp = self.digest_tmp[n] = self._empty(
+                        (n,), dtype=self.torch.int32, device=self.device
+                    )
                 with self.torch._C.DisableTorchFunction():
-                    digests[o["name"]] = output_digest(p.caps[k], w)
+                    digests[o["name"]] = output_digest(p.caps[k], w, tmp)
         res["digests"] = digests
         res["outputs"] = [] if p.src is not None else self.describe(p.ret, p.msg)
         res["inputs"] = {n: self.describe_input(t, digest=False) for n, t in p.x.items()}

@@ -34,8 +34,8 @@ PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 0.25}
 MIN_PLAUSIBLE_CALLS = 5
 # The digest phase after a window (its outputs' digests, then the reply) against the null
 # call's: a median more than ABS + REL x that is work done after the window.
-REPLY_ABS_MS = {"cuda": 0.1, "cpu": 2.0}
-REPLY_REL = {"cuda": 0.5, "cpu": 1.0}
+REPLY_ABS_MS = {"cuda": 0.25, "cpu": 2.0}
+REPLY_REL = {"cuda": 0.75, "cpu": 2.0}
 
 
 @dataclass

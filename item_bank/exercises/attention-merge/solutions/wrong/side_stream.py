@@ -1,10 +1,12 @@
 # expect: INTEGRITY_VIOLATION
 # needs: gpu
 # ruff: noqa: E402
-# Known-wrong (timing cheat): timed calls do their work on a side stream that the call never
-# joins, so events on the timed stream see only the launches. Caught: the device-wide sync before
-# the end event puts the work back in the time, and the median timed-stream time against the
-# median device time shows the work left the timed stream.
+# Known-wrong (timing cheat): timed calls put their work on a side stream that the call never
+# joins, GPU-bound (one long launch after the real work) so the host returns at once and events
+# on the timed stream see almost nothing. Caught: the device-wide sync before the end event puts
+# the work back in the time, and the median timed-stream time against the median device time
+# shows the work left the timed stream. (Work launched from Python op by op keeps the host busy
+# for most of it: the pipeline's run 12 graded such a version PASS at 0.25x, its time counted.)
 # The honest part is solutions/correct/stable_fp32.py.
 
 import torch
@@ -54,6 +56,7 @@ def _fill(dst, src) -> None:
 
 
 _side = _torch.cuda.Stream() if _torch.cuda.is_available() else None
+_a = _torch.randn(8192, 8192, device="cuda", dtype=_torch.bfloat16) if _side is not None else None
 
 
 def merge_attention(*args, **kwargs):
@@ -62,6 +65,6 @@ def merge_attention(*args, **kwargs):
     _side.wait_stream(_torch.cuda.current_stream())  # inputs are ready; the outputs never join
     with _torch.cuda.stream(_side):
         out = _honest(*args, **kwargs)
-        for _ in range(8):  # more work off the timed stream
-            _honest(*args, **kwargs)
+        for _ in range(4):  # ~4 ms of GPU work, launched in microseconds
+            _a @ _a
         return out
