@@ -69,7 +69,7 @@ def main() -> int:
         sols = [] if a.skip_solutions else ex.solutions()
         for sol in sols:
             t0 = time.monotonic()
-            r = grade(ex_id, sol.path.read_bytes(), device=device)
+            r = grade(ex_id, sol.source(), device=device)
             dt = time.monotonic() - t0
             sp = ", ".join(f"{t.name}={t.speedup:.3f}" for t in r.timings if t.speedup) or "-"
             ok = r.verdict is sol.expected

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -143,18 +142,12 @@ def collect(
         elif subset == "none":
             sols = []
         elif subset == "timing":  # the timing cheats, and the correct solutions they build on
-            bases = {
-                m.group(1)
-                for s in sols
-                if s.needs
-                for m in [re.search(r"solutions/correct/(\w+)\.py", s.path.read_text())]
-                if m
-            }
-            sols = [s for s in sols if s.needs or s.path.stem in bases]
+            bases = {s.base for s in sols if s.needs and s.base}
+            sols = [s for s in sols if s.needs or s.name in bases]
         if picks is not None:
             sols = [s for s in ex.solutions() if f"{eid}:{s.name}" in picks]
         for sol in sols:
-            jobs.append(Job(eid, sol.name, sol.expected.value, sol.path.read_text(), ex.world_size))
+            jobs.append(Job(eid, sol.name, sol.expected.value, sol.source(), ex.world_size))
         if ex.reference.is_file() and (ref_exercises is None or eid in ref_exercises):
             for i in range(reference_runs):
                 refs.append(Job(eid, f"reference#{i + 1}", "REFERENCE", REFERENCE, ex.world_size))

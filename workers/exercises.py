@@ -19,6 +19,7 @@ EXERCISES_DIR = Path(__file__).resolve().parents[1] / "item_bank" / "exercises"
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _EXPECT = re.compile(r"^#\s*expect:\s*([A-Z_]+)\s*$")
 _NEEDS = re.compile(r"^#\s*needs:\s*(benchmark|gpu)\s*$")
+_INCLUDE = re.compile(r"^#\s*include:\s*(\S+)\s*$")
 
 DEFAULT_LIMITS = {"import_s": 120.0, "tests_s": 180.0, "benchmark_s": 300.0}
 # Modules a submission must not import (spec §4 "import denylist"): the reference, the grader
@@ -53,6 +54,40 @@ class Solution:
     @property
     def name(self) -> str:
         return f"{self.path.parent.name}/{self.path.stem}"
+
+    def includes(self) -> list[Path]:
+        """The files its ``# include: PATH`` lines name (relative to the solution's folder)."""
+        out = []
+        for line in self.path.read_text().splitlines():
+            m = _INCLUDE.match(line)
+            if m:
+                out.append((self.path.parent / m.group(1)).resolve())
+        return out
+
+    @property
+    def base(self) -> str | None:
+        """The correct solution it builds on (``correct/NAME``), if it includes one."""
+        for p in self.includes():
+            if p.parent.name == "correct" and p.parent.parent == self.path.parent.parent:
+                return f"correct/{p.stem}"
+        return None
+
+    def source(self) -> str:
+        """The solution as graded: one file, each ``# include:`` line replaced by that file's
+        text (the timing cheats share one copy of the honest solution and of their helpers;
+        the sandbox sees only the submission's file)."""
+        out = []
+        for line in self.path.read_text().splitlines(keepends=True):
+            m = _INCLUDE.match(line.rstrip("\n"))
+            if m:
+                inc = (self.path.parent / m.group(1)).resolve()
+                if not inc.is_relative_to(EXERCISES_DIR.resolve()):
+                    raise ExerciseError(f"{self.path}: include outside the exercises: {inc}")
+                text = inc.read_text()
+                out.append(f"# --- {m.group(1)}\n{text}" + ("" if text.endswith("\n") else "\n"))
+            else:
+                out.append(line)
+        return "".join(out)
 
 
 @dataclass

@@ -380,7 +380,7 @@ def known_solutions(session: Session, actor: Principal, ex: Exercise) -> list[di
     t = submissions
     out = []
     for sol in ex.solutions():
-        source = sol.path.read_text()
+        source = sol.source()
         digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
         last = session.execute(
             select(t)

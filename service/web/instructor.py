@@ -261,9 +261,9 @@ def grade_solutions(exercise_id: str) -> Response:
     with write_intent():
         db.session.rollback()
         ids = [
-            submissions.create(
-                db.session, a, ex, s.path.read_text(), s.name + ".py", current_app.config
-            )["id"]
+            submissions.create(db.session, a, ex, s.source(), s.name + ".py", current_app.config)[
+                "id"
+            ]
             for s in picked
         ]
         db.session.commit()

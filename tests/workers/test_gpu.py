@@ -56,6 +56,6 @@ def test_gpu_only_known_solutions(ex_id: str, sol) -> None:  # type: ignore[no-u
     world = load_exercise(ex_id).world_size
     if torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs")
-    r = grade(ex_id, sol.path.read_bytes(), device="cuda")
+    r = grade(ex_id, sol.source(), device="cuda")
     assert r.verdict is sol.expected, r.output
     assert "benchmark" in r.output

@@ -10,7 +10,6 @@ separate process tree; threads only wait on pipes), once per session.
 from __future__ import annotations
 
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -20,16 +19,8 @@ from workers.harness import grade
 from workers.verdicts import Verdict
 
 SOLUTIONS = [(ex_id, s) for ex_id in list_exercises() for s in load_exercise(ex_id).solutions()]
-#: The correct solutions the timing cheats are built on (their "honest part" comment).
-CHEAT_BASES = {
-    f"{ex_id}:correct/{m.group(1)}"
-    for ex_id, s in SOLUTIONS
-    if s.needs
-    for m in [
-        re.search(r"^# The honest part is solutions/correct/(\w+)\.py", s.path.read_text(), re.M)
-    ]
-    if m
-}
+#: The correct solutions the timing cheats are built on (their ``# include: ../correct/...``).
+CHEAT_BASES = {f"{ex_id}:{s.base}" for ex_id, s in SOLUTIONS if s.needs and s.base}
 
 
 def rehearsed(ex_id: str, sol) -> bool:  # type: ignore[no-untyped-def]
@@ -45,7 +36,7 @@ def graded() -> dict[str, object]:
 
     def run(item):  # type: ignore[no-untyped-def]
         ex_id, sol = item
-        src = sol.path.read_bytes()
+        src = sol.source()
         return f"{ex_id}:{sol.name}", grade(
             ex_id, src, device="cpu", rehearsal=rehearsed(ex_id, sol)
         )

@@ -52,7 +52,10 @@ def start_runners(
     run 8), and because the thread baseline must come before the submission's import.
     """
     job.prior_logs += job.stop_runner()
-    job.cpus, job.threads = cpus, len(cpus) if cpus else None
+    # one CPU thread per pinned CPU; a CPU job's (a rehearsal's) calls get one: two sandboxes'
+    # thread pools on a small machine spin against each other and everything else there
+    job.cpus = cpus
+    job.threads = len(cpus) if cpus else (1 if job.device == "cpu" else None)
     job.start_runner()
     if not paired:
         return _import_after_baseline(job, plan), None
