@@ -235,7 +235,7 @@ def _ring_jobs() -> list[dict[str, Any]]:
 
 def ring_rank_main(rank: int, folder: str) -> None:
     """One gloo rank: runs every job with the honest ring and the low-precision one (rank 0
-    saves the outputs). Every rank draws the same shard, as in a timed call."""
+    saves the outputs). Every rank draws its own shard, as in a timed call."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -246,7 +246,7 @@ def ring_rank_main(rank: int, folder: str) -> None:
     low = _load(ex.path / LOWPREC)
     res = {}
     for i, job in enumerate(json.loads(Path(folder, "jobs.json").read_text())):
-        x = RFMT.gen_inputs(job["gens"], job["seed"], "cpu")
+        x = RFMT.gen_inputs(job["gens"], RFMT.rank_seed(job["seed"], rank), "cpu")
         kw = {**job["kwargs"], "group": dist.group.WORLD}
         for name, mod in sols.items():
             res[i, name] = mod.ring_attention_local(x["q"], x["k"], x["v"], **kw)
@@ -277,11 +277,15 @@ def test_ring_honest_passes_and_low_precision_fails(tmp_path: Path) -> None:
     shapes = {s.name: s for s, _ in _shapes(ex, RING_T_CAP)}
     for i, job in enumerate(jobs):
         shape = shapes[job["shape"]]
-        x = RFMT.gen_inputs(shape.gens, job["seed"], "cpu")
+        shards = [
+            RFMT.gen_inputs(shape.gens, RFMT.rank_seed(job["seed"], r), "cpu") for r in (0, 1)
+        ]
+        x = shards[0]
+        assert not torch.equal(shards[0]["k"], shards[1]["k"])  # each rank its own draw
         _assert_hard("ring-attention", ex, shape, x)
         for name in ("honest", "low"):
             o, lse = res[i, name]
-            c = prob.check_bench(ex, shape, x, {"out": o, "lse": lse})
+            c = prob.check_bench(ex, shape, x, {"out": o, "lse": lse}, shards=shards)
             assert c.ok == (name != "low"), f"{name} {job['shape']} seed {job['seed']}: {c.message}"
 
 

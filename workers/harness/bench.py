@@ -315,6 +315,7 @@ def reference_times(
             trusted=True,
             isolation=None,
             reference_timing=False,
+            rehearsal=res.device == "cpu",  # a CPU benchmark is a rehearsal
         )
         if r.verdict is not Verdict.PASS:
             raise Failure(Verdict.INFRA_ERROR, f"reference failed: {r.output}")

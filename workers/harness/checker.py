@@ -339,9 +339,14 @@ class Checker:
             if not chk.ok:
                 return chk
             xs = {k: v.to(self.gold_device) for k, v in x.items()}
-            return self.prob.check_bench(
-                self.ex, shape, xs, {k: v.to(self.gold_device) for k, v in outs.items()}
-            )
+            outs = {k: v.to(self.gold_device) for k, v in outs.items()}
+            if self.world > 1:  # every rank's shard: the gold is the whole ring's
+                shards = [xs] + [
+                    RFMT.gen_inputs(shape.gens, RFMT.rank_seed(seed, r), self.gold_device)
+                    for r in range(1, self.world)
+                ]
+                return self.prob.check_bench(self.ex, shape, xs, outs, shards=shards)
+            return self.prob.check_bench(self.ex, shape, xs, outs)
         finally:
             for p in (self.job / "out").glob(f"{tag}_*"):
                 p.unlink(missing_ok=True)

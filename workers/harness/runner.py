@@ -164,6 +164,12 @@ def _stream_seed(seed: int, label: str) -> int:
     return int.from_bytes(d[:8], "little") >> 1
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of one rank's shard in a timed call: rank 0 keeps the call's own, every other
+    rank gets its own draw (identical shards would let a ring skip its transfers unseen)."""
+    return int(seed) if rank == 0 else _stream_seed(seed, f"rank:{rank}")
+
+
 def _uniform(shape: list[int], seed: int, device: str) -> Any:
     import torch
 
@@ -558,7 +564,8 @@ class Rank:
             t = read_raw(os.path.join(root, d["path"]), d["dtype"], d["shape"])
             out[name] = t.to(self.device) if self.device != "cpu" else t
         if msg.get("gens"):
-            out.update(gen_inputs(msg["gens"], int(msg["seed"]), self.device))
+            seed = rank_seed(int(msg["seed"]), self.a.rank)
+            out.update(gen_inputs(msg["gens"], seed, self.device))
         return out
 
     def poison(self, nbytes: int, sizes: list[int]) -> None:

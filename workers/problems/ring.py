@@ -235,14 +235,18 @@ def _gold_rows(
 
 
 def check_bench(
-    ex: Any, shape: BenchShape, x: dict[str, torch.Tensor], out: dict[str, torch.Tensor]
+    ex: Any,
+    shape: BenchShape,
+    x: dict[str, torch.Tensor],
+    out: dict[str, torch.Tensor],
+    shards: list[dict[str, torch.Tensor]] | None = None,
 ) -> Check:
     """A timed call's rank-0 outputs against the gold of the whole ring.
 
-    ``x`` is rank 0's shard. Every rank draws its shard from the call's one seed, so every rank
-    holds these values and the global sequence has them at each rank's positions. Rank 0's
-    rows are checked against it: all of them on small shapes, else a random subset the
-    submission cannot foresee (``GOLD_BUDGET``).
+    ``x`` is rank 0's shard and ``shards`` every rank's (each rank draws its own: a ring that
+    skipped its transfers would otherwise compute the right answer from its own shard); without
+    ``shards`` every rank is taken to hold ``x``. Rank 0's rows are checked: all of them on
+    small shapes, else a random subset the submission cannot foresee (``GOLD_BUDGET``).
     """
     p = shape.params
     P = int(ex.world_size)
@@ -252,7 +256,7 @@ def check_bench(
     B, n, Hq, _ = q.shape
     T = n * P
     dev = q.device
-    shards = [x] * P  # rank r's inputs (per-rank seeds would give each rank its own draw)
+    shards = shards or [x] * P  # rank r's inputs
     glob = {}
     for name in ("k", "v"):
         t = x[name].new_empty((B, T, *x[name].shape[2:]))  # [B, T, Hkv, D]
