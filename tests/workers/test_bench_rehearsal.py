@@ -142,7 +142,8 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     (t,) = r.timings
     prof = r.details["bench_profile"][t.name]
     assert prof["floor_stop"] is True
-    assert MIN_ITERS <= t.n <= MIN_ITERS + 2 and prof["loop_s"] < 5, prof
+    # ended by the floor, not by the loop's wall budget (which would take many more calls)
+    assert MIN_ITERS <= t.n <= MIN_ITERS + 2, prof
     assert r.speedup == pytest.approx(1 / 4.0)  # the exercise's clamp is 4
     assert r.details["baseline"][t.name]["calls"] >= MIN_ITERS
 
