@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workers.harness.parent import job_gpus  # noqa: E402
+from workers.harness.job import job_gpus  # noqa: E402
 from workers.sandbox import GPU_VIEW_ENV, GPU_VIEWS, SandboxSpec, build_argv  # noqa: E402
 
 PROGRAM = (

@@ -126,6 +126,10 @@ class Exercise:
         with the denylist: it is ours)."""
         return self.path / "reference.py"
 
+    def cheat_bases(self) -> set[str]:
+        """The correct solutions (``correct/NAME``) its timing cheats build on."""
+        return {s.base for s in self.solutions() if s.needs and s.base}
+
     def solutions(self) -> list[Solution]:
         out = []
         for sub, default in (("correct", Verdict.PASS), ("wrong", None)):

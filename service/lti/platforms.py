@@ -149,11 +149,16 @@ class DbToolConf(ToolConfAbstract[Any]):
     def check_iss_has_many_clients(self, iss: str) -> bool:
         return True
 
-    def find_registration_by_issuer(self, iss: str, *args: Any, **kwargs: Any) -> Registration:
-        raise NotImplementedError("kgrade looks registrations up by issuer and client id")
+    # The library asks these only of issuers with one client (check_iss_has_one_client is
+    # False here); they answer as the by-params lookups do without a client id: unambiguous
+    # only when the issuer has one registration.
+    def find_registration_by_issuer(
+        self, iss: str, *args: Any, **kwargs: Any
+    ) -> Registration | None:
+        return self.find_registration_by_params(iss, None)
 
     def find_deployment(self, iss: str, deployment_id: str) -> Deployment | None:
-        raise NotImplementedError("kgrade looks deployments up by issuer and client id")
+        return self._deployment(self._platform(iss, None), deployment_id)
 
     def find_registration_by_params(
         self, iss: str, client_id: str | None, *args: Any, **kwargs: Any
@@ -167,7 +172,9 @@ class DbToolConf(ToolConfAbstract[Any]):
     def find_deployment_by_params(
         self, iss: str, deployment_id: str, client_id: str, *args: Any, **kwargs: Any
     ) -> Deployment | None:
-        platform = find(self.session, iss, client_id)
+        return self._deployment(find(self.session, iss, client_id), deployment_id)
+
+    def _deployment(self, platform: LtiPlatform | None, deployment_id: str) -> Deployment | None:
         if platform is None or deployment_id not in deployments(self.session, platform.id):
             return None
         return Deployment().set_deployment_id(deployment_id)

@@ -24,12 +24,11 @@ import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import grade, grade_ranked
-from workers.harness.parent import (
-    PAIRED_ENV,
-    REHEARSAL_ENV,
+from workers.harness.bench import PAIRED_ENV, canary_report
+from workers.harness.parent import REHEARSAL_ENV
+from workers.harness.procs import (
     TIMING_CPUS_ENV,
     TIMING_LOCK_ENV,
-    canary_report,
     pin,
     stopped,
     timing_cpus,

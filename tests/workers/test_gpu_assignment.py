@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from workers.exercises import load_exercise
-from workers.harness.parent import _ref_key, job_gpus
+from workers.harness.bench import _ref_key
+from workers.harness.job import job_gpus
 from workers.results import GradeResult
 from workers.verdicts import Verdict
 
@@ -68,7 +69,7 @@ def test_baseline_key_ignores_clocks_and_temperature() -> None:
 
 
 def test_operator_comm_settings_reach_the_clean_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers.harness.parent import operator_comm_env
+    from workers.harness.job import operator_comm_env
 
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")
     monkeypatch.setenv("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")

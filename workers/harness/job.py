@@ -187,26 +187,33 @@ class CheckerProc:
 # --------------------------------------------------------------------------- message validation
 
 
-def _validate_called(msg: dict[str, Any], call_id: str, n_out: int) -> None:
-    """Schema of a runner 'called' message: every field typed and bounded, ids matching."""
+def _validate_called(
+    msg: dict[str, Any], call_id: str, n_out: int | None, kind: str = "called"
+) -> None:
+    """Schema of a runner's report of one call, ``called`` (a test) or ``done`` (a timed call,
+    which always carries its times and output digests): every field typed and bounded, ids
+    matching. ``n_out`` None: any number of outputs (a null call describes none)."""
 
     def need(c: bool, what: str) -> None:
         if not c:
             raise Failure(Verdict.INTEGRITY_VIOLATION, f"runner message: {what}")
 
-    need(msg.get("t") == "called" and msg.get("id") == call_id, "unexpected message or id")
+    timed = kind == "done"
+    need(msg.get("t") == kind and msg.get("id") == call_id, "unexpected message or id")
     need(isinstance(msg.get("ok"), bool), "ok flag")
     need(isinstance(msg.get("wall_ms"), int | float), "wall_ms")
     need(isinstance(msg.get("tamper", []), list), "tamper list")
     need(isinstance(msg.get("ops", {}), dict), "ops map")
     if msg["ok"]:
         outs = msg.get("outputs")
-        need(isinstance(outs, list) and len(outs) == n_out, "outputs list")
+        need(isinstance(outs, list) and n_out in (None, len(outs)), "outputs list")
         need(all(isinstance(o, dict) for o in outs), "output entries")
         need(isinstance(msg.get("inputs"), dict), "inputs map")
-        for k in ("ev_stream_ms", "ev_sync_ms"):
-            if k in msg:
-                need(isinstance(msg[k], int | float) and msg[k] >= 0, k)
+        for k in ("ev_stream_ms", "ev_sync_ms", "capture_ms"):
+            if timed or k in msg:
+                need(isinstance(msg.get(k), int | float) and msg[k] >= 0, k)
+        if timed:
+            need(isinstance(msg.get("digests"), dict), "digests")
 
 
 def _error_verdict(err: dict[str, Any]) -> Verdict:

@@ -19,14 +19,8 @@ from itertools import pairwise
 from typing import Any
 
 from workers.exercises import Exercise, load_exercise
-from workers.harness.bench import (  # noqa: F401 - re-exported for callers and tests
-    PAIRED_ENV,
-    _ref_key,
-    canary_report,
-    run_benchmark,
-)
-from workers.harness.job import (  # noqa: F401 - re-exported
-    REF_TRITON_CACHE_ENV,
+from workers.harness.bench import run_benchmark
+from workers.harness.job import (
     CheckerProc,
     Failure,
     Job,
@@ -38,16 +32,6 @@ from workers.harness.job import (  # noqa: F401 - re-exported
     harness_hash,
     import_submission,
     job_gpus,
-    operator_comm_env,
-)
-from workers.harness.procs import (  # noqa: F401 - re-exported
-    TIMING_CPUS_ENV,
-    TIMING_LOCK_ENV,
-    pin,
-    stopped,
-    timing_cpus,
-    timing_turn,
-    tree_pids,
 )
 from workers.results import GradeResult, TestResult, cap_text
 from workers.verdicts import Verdict

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.harness import timing
-from workers.harness.job import Failure, Job, _error_verdict, _fmt_err
+from workers.harness.job import Failure, Job, _error_verdict, _fmt_err, _validate_called
 from workers.harness.procs import job_pids, job_processes, thread_count
 from workers.verdicts import Verdict
 
@@ -104,20 +104,14 @@ def run_call(
     w1 = time.perf_counter()
     reps = job.recv_all(deadline, "benchmark")
     walls = Walls((w1 - w0) * 1e3, (time.perf_counter() - w1) * 1e3)
+    n_out = None if extra.get("null") else len(shape["outputs"])
     for m in reps:
-        _need(m.get("t") == "done" and m.get("id") == tag, "unexpected done message")
-        _need(isinstance(m.get("ok"), bool), "ok flag")
-        _need(isinstance(m.get("tamper", []), list), "tamper list")
+        _validate_called(m, tag, n_out, "done")
         if m.get("tamper"):
             raise Failure(Verdict.INTEGRITY_VIOLATION, f"harness state modified: {m['tamper']}")
         if not m["ok"]:
             err = m.get("error") or {}
             raise Failure(_error_verdict(err), _fmt_err(err))
-        for k in ("ev_stream_ms", "ev_sync_ms", "capture_ms"):
-            _need(isinstance(m.get(k), int | float) and m[k] >= 0, k)
-        _need(isinstance(m.get("digests"), dict), "digests")
-        _need(isinstance(m.get("outputs"), list), "outputs list")
-        _need(isinstance(m.get("inputs"), dict), "inputs map")
     return readies, walls, reps
 
 
@@ -334,26 +328,25 @@ class Side:
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {self.name}: {rep['message']}")
 
-    def overhead_ms(self) -> float:
-        """``O``: the harness's own per-call time between the parent's clock and the reported
-        one, from null calls before the import; beside our reference, the larger of that and
-        what our reference's calls in this very loop show (the same path, the host as it is
-        now: null calls before a loop can meet a quieter or busier host than the loop)."""
-        o = self.base.null_ms.get(self.b, 0.0)
+    def _expected(self, null: dict[int, float], peer_values: list[float]) -> float:
+        """A per-call harness cost: the null calls' before the import; beside our reference,
+        the larger of that and what our reference's calls in this very loop show (the same
+        path, the host as it is now: null calls before a loop can meet a quieter host)."""
+        o = null.get(self.b, 0.0)
         peer = self.peer
-        if peer is not None and peer.ours and len(peer.walls) >= timing.MIN_PLAUSIBLE_CALLS:
-            o = max(
-                o, statistics.median(w - e for w, e in zip(peer.walls, peer.events, strict=True))
-            )
+        if peer is not None and peer.ours and len(peer_values) >= timing.MIN_PLAUSIBLE_CALLS:
+            o = max(o, statistics.median(peer_values))
         return o
 
-    def reply_ms(self) -> float:
-        """The digest phase's expected time: null calls', or our reference's in this loop."""
-        d = self.base.reply_ms.get(self.b, 0.0)
+    def overhead_ms(self) -> float:
+        """``O``: the parent's clock over a window beyond the reported sample."""
         peer = self.peer
-        if peer is not None and peer.ours and len(peer.replies) >= timing.MIN_PLAUSIBLE_CALLS:
-            d = max(d, statistics.median(peer.replies))
-        return d
+        gaps = [w - e for w, e in zip(peer.walls, peer.events, strict=True)] if peer else []
+        return self._expected(self.base.null_ms, gaps)
+
+    def reply_ms(self) -> float:
+        """The digest phase after a window."""
+        return self._expected(self.base.reply_ms, self.peer.replies if self.peer else [])
 
     def integrity(self) -> None:
         """What the batch's calls say about how they were timed: processes, the wall clock,

@@ -10,19 +10,4 @@
 # include: ../correct/stable_fp32.py
 # include: ../../../cheat_helpers.py
 
-import torch as _torch
-
-_honest = merge_attention
-_side = _torch.cuda.Stream() if _torch.cuda.is_available() else None
-_a = _torch.randn(8192, 8192, device="cuda", dtype=_torch.bfloat16) if _side is not None else None
-
-
-def merge_attention(*args, **kwargs):
-    if _side is None or not _timed_now(_rank()):
-        return _honest(*args, **kwargs)
-    _side.wait_stream(_torch.cuda.current_stream())  # inputs are ready; the outputs never join
-    with _torch.cuda.stream(_side):
-        out = _honest(*args, **kwargs)
-        for _ in range(4):  # ~4 ms of GPU work, launched in microseconds
-            _a @ _a
-        return out
+merge_attention = _side_stream(merge_attention)

@@ -7,23 +7,4 @@
 # include: ../correct/stable_fp32.py
 # include: ../../../cheat_helpers.py
 
-import torch as _torch
-
-_honest = merge_attention
-_r = _rank()
-_real_perf = _main._perf
-_t0 = _real_perf()
-
-
-def _slow_perf() -> float:
-    return _t0 + (_real_perf() - _t0) / 4
-
-
-_main._perf = _slow_perf
-_r.ids["runner._perf"] = _slow_perf
-if _r.device == "cuda":
-    _real_elapsed = _r._elapsed
-    _r._elapsed = lambda a, b: _real_elapsed(a, b) / 4
-    _r.bound["_elapsed"] = _r._elapsed
-
-merge_attention = _honest
+merge_attention = _slow_clock(merge_attention)

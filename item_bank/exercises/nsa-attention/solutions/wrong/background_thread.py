@@ -8,39 +8,4 @@
 # include: ../correct/masked_torch.py
 # include: ../../../cheat_helpers.py
 
-import threading as _threading
-import time as _time
-
-import torch as _torch
-
-_honest = nsa_attention
-
-_jobs: list = []
-_go = _threading.Event()
-_tmpl: dict = {}
-
-
-def _worker() -> None:
-    while True:
-        _go.wait()
-        _go.clear()
-        _time.sleep(0.0002)  # just after the timed window closed
-        while _jobs:
-            out, args, kwargs = _jobs.pop()
-            _fill(out, _honest(*args, **kwargs))
-
-
-_threading.Thread(target=_worker, daemon=True).start()
-
-
-def nsa_attention(*args, **kwargs):
-    if not _timed_now(_rank()):
-        return _honest(*args, **kwargs)
-    key = tuple(tuple(a.shape) for a in args if isinstance(a, _torch.Tensor))
-    if key not in _tmpl:
-        _tmpl[key] = _honest(*args, **kwargs)
-        return _tmpl[key]
-    out = _unfinished(_tmpl[key])
-    _jobs.append((out, args, kwargs))
-    _go.set()
-    return out
+nsa_attention = _background_thread(nsa_attention)

@@ -8,29 +8,4 @@
 # include: ../correct/masked_torch.py
 # include: ../../../cheat_helpers.py
 
-import torch as _torch
-
-_honest = nsa_attention
-_tmpl: dict = {}
-_R = _main.Rank
-_write = _R.write_captures
-
-
-def _write_captures(self, p):
-    if p.msg.get("timed") and p.src is None:
-        self.capture(_honest(*p.args, **p.kwargs), p)  # the real work, after the window
-    return _write(self, p)
-
-
-_R.write_captures = _write_captures
-_rank().ids["Rank.write_captures"] = _write_captures
-
-
-def nsa_attention(*args, **kwargs):
-    if not _timed_now(_rank()):
-        return _honest(*args, **kwargs)
-    key = tuple(tuple(a.shape) for a in args if isinstance(a, _torch.Tensor))
-    if key not in _tmpl:  # the first timed call of a shape is real: it is always checked
-        _tmpl[key] = _honest(*args, **kwargs)
-        return _tmpl[key]
-    return _unfinished(_tmpl[key])
+nsa_attention = _lazy_outputs(nsa_attention)

@@ -9,23 +9,4 @@
 # include: ../correct/p2p_ring.py
 # include: ../../../cheat_helpers.py
 
-import torch as _torch
-
-_honest = ring_attention_local
-_r = _rank()
-_real_perf = _main._perf
-_t0 = _real_perf()
-
-
-def _slow_perf() -> float:
-    return _t0 + (_real_perf() - _t0) / 4
-
-
-_main._perf = _slow_perf
-_r.ids["runner._perf"] = _slow_perf
-if _r.device == "cuda":
-    _real_elapsed = _r._elapsed
-    _r._elapsed = lambda a, b: _real_elapsed(a, b) / 4
-    _r.bound["_elapsed"] = _r._elapsed
-
-ring_attention_local = _honest
+ring_attention_local = _slow_clock(ring_attention_local)
