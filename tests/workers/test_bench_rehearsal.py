@@ -35,7 +35,7 @@ from workers.harness.procs import (
     timing_turn,
     tree_pids,
 )
-from workers.harness.timing import MIN_ITERS
+from workers.harness.timing import MIN_ITERS, WARMUP_CALLS
 from workers.results import GradeResult
 from workers.verdicts import Verdict
 
@@ -388,9 +388,15 @@ def test_a_timing_turn_is_not_waited_for_forever(
 # Wrong on about 6 calls in 10 from the start of the timed loop (right in the tests and the
 # warm-up): 4 checks chosen after a 10-call batch all miss such a batch with probability
 # C(4,4)/C(10,4) < 0.5 %, and every shape has at least one batch.
-MOSTLY_WRONG = LATE.format(
-    late="out = torch.zeros_like(out) if __import__('random').random() < 0.6 else out"
-).replace("_calls[0] > 12", "_calls[0] > 16")
+# Counts only benchmark-sized calls (the hidden tests are T <= 100): right on the warm-up's
+# checked calls, then wrong on 8 of every 10. Whichever 10 consecutive calls make the loop's
+# first batch, its 4 checks cannot all land on the 2 right ones: the verdict is certain, not
+# merely likely (a random 60 % wrong escaped in one CI run of ~40).
+MOSTLY_WRONG = (
+    LATE.replace("_calls[0] += 1", "_calls[0] += out_a.shape[1] >= 1024")
+    .replace("_calls[0] > 12", f"_calls[0] > {WARMUP_CALLS}")
+    .format(late="out = torch.zeros_like(out) if _calls[0] % 10 not in (0, 5) else out")
+)
 # Replaces a runner method without updating the runner's identity records.
 PATCHES_RUNNER = (
     _src("attention-merge", "solutions/correct/stable_fp32.py").decode()
