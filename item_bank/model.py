@@ -94,6 +94,9 @@ class Item:
     prompt: Text
     options: tuple[Option, ...]
     explanation: Text
+    #: False keeps the options in their written order even in a shuffled quiz (an item whose
+    #: options refer to each other: "all of the above", "both a and b").
+    shuffle: bool = True
 
     @property
     def correct_ids(self) -> tuple[str, ...]:
@@ -122,7 +125,9 @@ class Item:
 class Settings:
     allowed_attempts: int | None = None  # None: unlimited
     allow_reanswer: bool = False
-    shuffle_answers: bool = False
+    #: Options in a per-attempt random order (each item may opt out): the written order gives
+    #: away answers (the longest option, an a-b-c-d cycle).
+    shuffle_answers: bool = True
     time_limit_minutes: int | None = None
     scoring_policy: str = "keep_highest"
 

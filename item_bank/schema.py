@@ -113,6 +113,7 @@ class ItemSchema(_Raw):
         fields.Nested(OptionSchema), required=True, validate=validate.Length(min=2, max=26)
     )
     explanation = fields.Raw(required=True)
+    shuffle = fields.Boolean(load_default=True)
 
 
 class SettingsSchema(_Raw):
@@ -120,7 +121,7 @@ class SettingsSchema(_Raw):
         load_default=None, allow_none=True, validate=validate.Range(min=1, max=1000)
     )
     allow_reanswer = fields.Boolean(load_default=False)
-    shuffle_answers = fields.Boolean(load_default=False)
+    shuffle_answers = fields.Boolean(load_default=True)
     time_limit_minutes = fields.Integer(
         load_default=None, allow_none=True, validate=validate.Range(min=1, max=24 * 60)
     )
@@ -258,6 +259,7 @@ def load_quiz(data: Any, *, source: str = "<data>") -> Quiz:
                     prompt=prompt,
                     options=tuple(options),
                     explanation=explanation,
+                    shuffle=it["shuffle"],
                 )
             )
     if c.errors:
@@ -313,6 +315,7 @@ def dump_quiz(quiz: Quiz) -> dict[str, Any]:
                     for o in it.options
                 ],
                 "explanation": dump_text(it.explanation),
+                "shuffle": it.shuffle,
             }
             for it in quiz.items
         ],

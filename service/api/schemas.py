@@ -129,6 +129,10 @@ class ItemDataSchema(Schema):
     prompt = fields.Nested(TextDataSchema, required=True)
     options = fields.List(fields.Nested(OptionDataSchema), required=True)
     explanation = fields.Nested(TextDataSchema, required=True)
+    shuffle = fields.Boolean(
+        dump_default=True,
+        metadata={"description": "false keeps the written option order in a shuffled quiz"},
+    )
 
 
 class SettingsDataSchema(Schema):

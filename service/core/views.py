@@ -19,9 +19,10 @@ def render(text: Text, lang: str, source_lang: str) -> str:
 
 
 def option_order(item: Item, seed: str | None) -> list[int]:
-    """Option positions, shuffled per attempt when the quiz asks for it (stable on reload)."""
+    """Option positions, shuffled per attempt when the quiz asks for it and the item allows it
+    (stable on reload: the seed is the attempt's id)."""
     order = list(range(len(item.options)))
-    if seed is not None:
+    if seed is not None and item.shuffle:
         random.Random(f"{seed}:{item.id}").shuffle(order)
     return order
 
