@@ -88,6 +88,16 @@ def answer_idents(quiz: Quiz, item: Item) -> dict[str, int]:
     return out
 
 
+def shuffles(quiz: Quiz, item: Item) -> bool:
+    """Whether an LMS should shuffle ``item``'s options: the quiz asks for it and the item does
+    not keep its written order (``shuffle: false``, e.g. "all of the above").
+
+    Every format writes its own per-item flag from this one rule, as the API's per-attempt
+    order (``service.core.views.option_order``) follows it.
+    """
+    return quiz.settings.shuffle_answers and item.shuffle
+
+
 def pieces(t: Text, mode: str, source_lang: str) -> Pieces:
     """``(lang, text)`` pairs for a string in a language mode: one, or every language for 'all'."""
     if mode == "all":

@@ -2,6 +2,11 @@
 
 Moodle core has no QTI question import; restoring a cartridge is the only QTI path into it.
 The quiz itself is the CC profile of QTI 1.2 built by ``qti12.build_questestinterop``.
+
+Shuffling: each item carries the profile's own flag, ``render_choice shuffle="Yes|No"``
+(``_common.shuffles``). Moodle's restore does not read it: every restored multichoice question
+gets "shuffle the choices" off (backup/cc/sheets, ``SHUFFLEANSWERS 0``), so for Moodle the
+Moodle XML export, which carries ``<shuffleanswers>`` per question, is the one that shuffles.
 """
 
 from __future__ import annotations

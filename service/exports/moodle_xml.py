@@ -1,4 +1,8 @@
-"""Moodle XML question bank (exports.md §4): Question bank → Import in Moodle."""
+"""Moodle XML question bank (exports.md §4): Question bank → Import in Moodle.
+
+Shuffling is per question (``<shuffleanswers>``), from ``_common.shuffles``; Moodle's truefalse
+type has no such flag and always shows True before False.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from service.exports._common import (
     html_inline,
     pieces,
     plain,
+    shuffles,
     sub,
     true_false_value,
     xml_bytes,
@@ -91,7 +96,11 @@ def _question(
 
     single = item.type != "multiple_answers"
     sub(qn, "single", "true" if single else "false")
-    sub(qn, "shuffleanswers", "true" if quiz.settings.shuffle_answers else "false")
+    # Per question: Moodle shuffles when this and the quiz's "Shuffle within questions" (on by
+    # default) are both set, so an item that keeps its written order says false here.
+    sub(qn, "shuffleanswers", "true" if shuffles(quiz, item) else "false")
+    # Letters follow the displayed position, so they stay meaningful when shuffled, and an
+    # unshuffled item's "both a and b" still names the options it was written against.
     sub(qn, "answernumbering", "abc")
     n_wrong = sum(1 for o in item.options if not o.correct)
     shares = iter(split_correct(len(item.correct_ids)) if not single else ["100"])

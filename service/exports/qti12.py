@@ -20,6 +20,7 @@ from service.exports._common import (
     html_inline,
     pieces,
     plain,
+    shuffles,
     sub,
     true_false_value,
     xml_bytes,
@@ -132,7 +133,13 @@ def build_item(
     pres = sub(item_el, q("presentation"))
     _mattext(pres, html_block(pieces(item.prompt, mode, src), style))
     card = "Multiple" if item.type == "multiple_answers" else "Single"
-    rc = sub(sub(pres, q("response_lid"), ident=RESPONSE_ID, rcardinality=card), q("render_choice"))
+    # Per item, so an item that keeps its written order says so: New Quizzes reads this flag
+    # (instructure/qti: render_choice/@shuffle), the CC profile allows it, Classic reads the meta.
+    rc = sub(
+        sub(pres, q("response_lid"), ident=RESPONSE_ID, rcardinality=card),
+        q("render_choice"),
+        shuffle="Yes" if shuffles(quiz, item) else "No",
+    )
     for o in item.options:
         label = sub(rc, q("response_label"), ident=ids[o.id])
         _mattext(label, html_inline(pieces(o.text, mode, src), style))
@@ -228,6 +235,11 @@ def build_questestinterop(
     return root
 
 
+def quiz_shuffles_all(quiz: Quiz) -> bool:
+    """Canvas Classic's quiz-wide ``shuffle_answers``: true only if every item may shuffle."""
+    return quiz.settings.shuffle_answers and all(item.shuffle for item in quiz.items)
+
+
 def _assessment_meta(quiz: Quiz, mode: str) -> etree._Element:
     s = quiz.settings
     root = etree.Element(f"{{{CANVAS_NS}}}quiz", nsmap={None: CANVAS_NS}, identifier=quiz.id)
@@ -244,7 +256,9 @@ def _assessment_meta(quiz: Quiz, mode: str) -> etree._Element:
     if s.time_limit_minutes is not None:
         field("time_limit", str(s.time_limit_minutes))
     field("allowed_attempts", str(s.allowed_attempts if s.allowed_attempts is not None else -1))
-    field("shuffle_answers", "true" if s.shuffle_answers else "false")
+    # Classic Quizzes shuffles per quiz only; an item that must keep its order (its options
+    # refer to each other) wins over the rest, so one such item turns Classic's shuffle off.
+    field("shuffle_answers", "true" if quiz_shuffles_all(quiz) else "false")
     field("show_correct_answers", "true")
     field("one_question_at_a_time", "false")
     # allow_reanswer=False means a student may not go back to an answered question.

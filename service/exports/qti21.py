@@ -1,7 +1,40 @@
-"""QTI 2.1 content package (exports.md §2): manifest, ``test.xml`` and ``items/*.xml``.
+"""QTI 2.1 content package (exports.md §2): a manifest, assessment tests and ``items/*.xml``.
 
-QTI has no alternate-language construct, so ``--lang all`` writes one item per language
-(``q1-sn``, ``q1-en``), grouped into one section per language.
+A student meets each question once: every ``assessmentTest`` holds each item exactly once, in
+one language. QTI has no alternate-language construct and players do not switch on ``xml:lang``
+(§5), and bilingual spans inside one item would show both languages at once, so ``--lang all``
+writes one complete test per language in the one package. An LMS imports each test as its own
+quiz (one per language); none of them asks a question twice, so no score doubles.
+
+Layout, which ``kgrade``'s QTI 2.1 importer reads back (Q: the quiz id, I: an item id, L: a
+language code from ``item_bank.model.LANGUAGES``):
+
+==================  =============================  =============================================
+                    ``--lang en`` / ``source``     ``--lang all`` (languages: source, en, then
+                                                   any language the whole quiz is translated to)
+==================  =============================  =============================================
+test file           ``test.xml``                   ``test-L.xml`` per language
+test identifier     ``Q``                          ``Q-L``
+test resource       ``Q-test``                     ``Q-test-L``
+item file           ``items/I.xml``                ``items/I-L.xml``
+item identifier     ``I``                          ``I-L``
+item resource       ``res-I``                      ``res-I-L``
+==================  =============================  =============================================
+
+- Manifest (``imsmanifest.xml``, IMS CP 1.1): for each language in turn, the test resource
+  (``type="imsqti_test_xmlv2p1"``), whose ``<dependency identifierref>`` list is exactly its own
+  items in quiz order, then those item resources (``type="imsqti_item_xmlv2p1"``). Every
+  resource's ``href`` equals its one ``<file href>``.
+- Test: one ``testPart`` (``part1``) with one ``assessmentSection`` (``section-L``) holding one
+  ``assessmentItemRef`` per item (``identifier`` the item identifier, ``href`` its file). The
+  test's ``SCORE`` and ``MAXSCORE`` are the sums of its own items' (so, once per question).
+  ``assessmentTest`` takes no ``xml:lang``; its title is the quiz title in that language, with
+  the language's English name in brackets under ``--lang all``.
+- Item: ``assessmentItem xml:lang="L"``, ``title`` the bank's item id ``I``; each string carries
+  ``xml:lang`` of the language it is actually written in (a seed string keeps its own).
+  Choices are ``RESPONSE_<n>`` with ``n`` from ``_common.answer_idents`` (stable per option id).
+- Shuffling: ``choiceInteraction shuffle`` per item (``_common.shuffles``: the quiz shuffles and
+  the item does not keep its written order).
 """
 
 from __future__ import annotations
@@ -15,7 +48,7 @@ from service.exports._common import (
     XML_LANG,
     answer_idents,
     format_points,
-    plain,
+    shuffles,
     sub,
     xml_bytes,
     zip_bytes,
@@ -135,7 +168,7 @@ def build_item(quiz: Quiz, item: Item, d: Delivery) -> etree._Element:
         body,
         q("choiceInteraction"),
         responseIdentifier="RESPONSE",
-        shuffle="true" if quiz.settings.shuffle_answers else "false",
+        shuffle="true" if shuffles(quiz, item) else "false",
         maxChoices="0" if multiple else "1",
     )
     _text(ci, q("prompt"), d.text(item.prompt, src))
@@ -193,14 +226,37 @@ def item_href(item: Item, d: Delivery) -> str:
     return f"items/{item.id}{d.suffix}.xml"
 
 
-def build_test(quiz: Quiz, mode: str, ds: list[Delivery]) -> etree._Element:
+def assessment_href(d: Delivery) -> str:
+    return f"test{d.suffix}.xml"
+
+
+def assessment_id(quiz: Quiz, d: Delivery) -> str:
+    return f"{quiz.id}{d.suffix}"
+
+
+def _sum_of_items(parent: etree._Element, outcome: str) -> None:
+    """``outcome`` := the sum of every item's ``outcome`` in this test."""
+    so = sub(parent, q("setOutcomeValue"), identifier=outcome)
+    sub(sub(so, q("sum")), q("testVariables"), variableIdentifier=outcome)
+
+
+def build_test(quiz: Quiz, d: Delivery, several: bool) -> etree._Element:
+    """One language's test: each item once. ``several``: the package holds one per language."""
+    title = d.text(quiz.title, quiz.source_lang)[1]
+    if several:
+        title = f"{title} ({LANGUAGES[d.lang]})"
     # assessmentTest and assessmentSection take no xml:lang; their titles are plain text.
     root = etree.Element(
-        q("assessmentTest"),
-        nsmap={None: QTI_NS},
-        identifier=quiz.id,
-        title=plain(quiz.title, mode, quiz.source_lang),
+        q("assessmentTest"), nsmap={None: QTI_NS}, identifier=assessment_id(quiz, d), title=title
     )
+    for outcome in ("SCORE", "MAXSCORE"):
+        sub(
+            root,
+            q("outcomeDeclaration"),
+            identifier=outcome,
+            cardinality="single",
+            baseType="float",
+        )
     part = sub(
         root,
         q("testPart"),
@@ -208,21 +264,23 @@ def build_test(quiz: Quiz, mode: str, ds: list[Delivery]) -> etree._Element:
         navigationMode="nonlinear",
         submissionMode="simultaneous",
     )
-    for d in ds:
-        section = sub(
-            part,
-            q("assessmentSection"),
-            identifier=f"section-{d.lang}",
-            title=LANGUAGES[d.lang],
-            visible="true",
+    section = sub(
+        part,
+        q("assessmentSection"),
+        identifier=f"section-{d.lang}",
+        title=LANGUAGES[d.lang],
+        visible="true",
+    )
+    for item in quiz.items:
+        sub(
+            section,
+            q("assessmentItemRef"),
+            identifier=f"{item.id}{d.suffix}",
+            href=item_href(item, d),
         )
-        for item in quiz.items:
-            sub(
-                section,
-                q("assessmentItemRef"),
-                identifier=f"{item.id}{d.suffix}",
-                href=item_href(item, d),
-            )
+    op = sub(root, q("outcomeProcessing"))
+    _sum_of_items(op, "SCORE")
+    _sum_of_items(op, "MAXSCORE")
     return root
 
 
@@ -234,18 +292,18 @@ def _manifest(quiz: Quiz, ds: list[Delivery]) -> etree._Element:
     sub(md, c("schemaversion"), "1.0.0")
     sub(root, c("organizations"))
     res = sub(root, c("resources"))
-    test = sub(
-        res,
-        c("resource"),
-        identifier=f"{quiz.id}-test",
-        type="imsqti_test_xmlv2p1",
-        href="test.xml",
-    )
-    sub(test, c("file"), href="test.xml")
     for d in ds:
+        href = assessment_href(d)
+        test = sub(
+            res,
+            c("resource"),
+            identifier=f"{quiz.id}-test{d.suffix}",
+            type="imsqti_test_xmlv2p1",
+            href=href,
+        )
+        sub(test, c("file"), href=href)
         for item in quiz.items:
             sub(test, c("dependency"), identifierref=f"res-{item.id}{d.suffix}")
-    for d in ds:
         for item in quiz.items:
             href = item_href(item, d)
             r = sub(
@@ -261,11 +319,9 @@ def _manifest(quiz: Quiz, ds: list[Delivery]) -> etree._Element:
 
 def export(quiz: Quiz, mode: str) -> bytes:
     ds = deliveries(quiz, mode)
-    files = [
-        ("imsmanifest.xml", xml_bytes(_manifest(quiz, ds))),
-        ("test.xml", xml_bytes(build_test(quiz, mode, ds))),
-    ]
+    files = [("imsmanifest.xml", xml_bytes(_manifest(quiz, ds)))]
     for d in ds:
+        files.append((assessment_href(d), xml_bytes(build_test(quiz, d, several=len(ds) > 1))))
         for item in quiz.items:
             files.append((item_href(item, d), xml_bytes(build_item(quiz, item, d))))
     return zip_bytes(files)

@@ -27,6 +27,7 @@ QTI21_NS = "http://www.imsglobal.org/xsd/imsqti_v2p1"
 CP_NS = "http://www.imsglobal.org/xsd/imscp_v1p1"
 CC_NS = "http://www.imsglobal.org/xsd/imsccv1p1/imscp_v1p1"
 CANVAS_NS = "http://canvas.instructure.com/xsd/cccv1p0"
+XML_NS = "http://www.w3.org/XML/1998/namespace"
 CC_DETECT = b'xmlns="http://www.imsglobal.org/xsd/imsccv1p1/imscp_v1p1"'
 
 #: Never fetch anything while validating: every schema import resolves to a local file.
@@ -313,14 +314,49 @@ def _validate_imscc(pkg: Package, s: Schemas) -> list[str]:
 # --- QTI 2.1 ----------------------------------------------------------------------------------
 
 
+def _qti21_test_problems(
+    pkg: Package, test: etree._Element, items: dict[str, etree._Element]
+) -> list[str]:
+    """One test: its dependencies are the items it references, each asked once, in one language.
+
+    Two language versions of a question in one test would make a student answer it twice and
+    count its points twice (issue 17 §3), so a test whose items differ in ``xml:lang`` fails.
+    """
+    name = test.get("href", "")
+    problems: list[str] = []
+    deps = [d.get("identifierref", "") for d in test.iter(f"{{{CP_NS}}}dependency")]
+    unknown = [d for d in deps if d not in items]
+    if unknown:
+        problems.append(f"imsmanifest.xml: test {name}: dependencies {unknown} are not items")
+    dep_hrefs = {items[d].get("href") for d in deps if d in items}
+    refs = [r.get("href", "") for r in pkg.xml(name).iter(f"{{{QTI21_NS}}}assessmentItemRef")]
+    for href in refs:
+        if href not in pkg.names:
+            problems.append(f"{name}: assessmentItemRef {href!r} is not in the package")
+    if set(refs) != dep_hrefs:
+        problems.append(f"imsmanifest.xml: test {name}: its dependencies are not its item refs")
+    twice = sorted({h for h in refs if refs.count(h) > 1})
+    if twice:
+        problems.append(f"{name}: items {twice} are asked more than once")
+    langs: dict[str, list[str]] = {}
+    for href in dict.fromkeys(refs):
+        if href in pkg.names:
+            lang = pkg.xml(href).getroot().get(f"{{{XML_NS}}}lang", "")
+            langs.setdefault(lang, []).append(href)
+    if len(langs) > 1:
+        mix = ", ".join(f"{lang or '?'}: {len(hs)}" for lang, hs in sorted(langs.items()))
+        problems.append(f"{name}: items in several languages ({mix}); one test per language")
+    return problems
+
+
 def _validate_qti21(pkg: Package, s: Schemas) -> list[str]:
     manifest = pkg.xml("imsmanifest.xml")
     problems = _manifest_files(manifest, pkg, CP_NS)
     problems += check_xsd("imsmanifest.xml", s.imscp, manifest)
     tests = _resources(manifest, CP_NS, "imsqti_test_xmlv2p1")
     items = _resources(manifest, CP_NS, "imsqti_item_xmlv2p1")
-    if len(tests) != 1:
-        problems.append(f"imsmanifest.xml: {len(tests)} imsqti_test_xmlv2p1 resources, expected 1")
+    if not tests:
+        problems.append("imsmanifest.xml: no imsqti_test_xmlv2p1 resource")
     for res in tests + items:
         if res.get("href") != _first_file(res, CP_NS):
             problems.append(f"imsmanifest.xml: resource {res.get('identifier')}: href != file href")
@@ -328,19 +364,15 @@ def _validate_qti21(pkg: Package, s: Schemas) -> list[str]:
         name = res.get("href", "")
         if name in pkg.names:
             problems += check_xsd(name, s.qti21, pkg.xml(name))
+    by_id = {r.get("identifier", ""): r for r in items}
+    used: set[str] = set()
     for res in tests:
-        name = res.get("href", "")
-        if name not in pkg.names:
-            continue
-        ids = {r.get("identifier") for r in items}
-        deps = {d.get("identifierref") for d in res.iter(f"{{{CP_NS}}}dependency")}
-        if deps != ids:
-            problems.append("imsmanifest.xml: the test's dependencies are not its items")
-        for ref in pkg.xml(name).iter(f"{{{QTI21_NS}}}assessmentItemRef"):
-            if ref.get("href") not in pkg.names:
-                problems.append(
-                    f"{name}: assessmentItemRef {ref.get('href')!r} is not in the package"
-                )
+        used.update(d.get("identifierref", "") for d in res.iter(f"{{{CP_NS}}}dependency"))
+        if res.get("href", "") in pkg.names:
+            problems += _qti21_test_problems(pkg, res, by_id)
+    unused = sorted(set(by_id) - used)
+    if unused:
+        problems.append(f"imsmanifest.xml: items {unused} belong to no test")
     return problems
 
 

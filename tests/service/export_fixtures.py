@@ -7,6 +7,7 @@ partial Greek translation, a quiz-wide time limit and unlimited attempts.
 
 from __future__ import annotations
 
+import copy
 import io
 import re
 import zipfile
@@ -122,8 +123,14 @@ FIXTURE_DATA: dict[str, Any] = {
 }  # fmt: skip
 
 
-def fixture_quiz() -> Quiz:
-    return load_quiz(FIXTURE_DATA, source="fixture")
+def fixture_quiz(*, shuffle: bool = True, fixed: tuple[str, ...] = ()) -> Quiz:
+    """The fixture; ``shuffle`` is the quiz's shuffle_answers, ``fixed`` items keep their order."""
+    data = copy.deepcopy(FIXTURE_DATA)
+    data["settings"]["shuffle_answers"] = shuffle
+    for item in data["items"]:
+        if item["id"] in fixed:
+            item["shuffle"] = False
+    return load_quiz(data, source="fixture")
 
 
 # --- reading exports back ---------------------------------------------------------------------

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import threading
 from datetime import timedelta
 from typing import Any
 
+from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from item_bank import load_quiz
+from service.core.views import option_order
 from service.db.attempts import Attempt, IdempotencyRecord, ResponseRecord
 from tests.service.conftest import QUIZ_A, World, quiz_data
 
@@ -224,17 +229,108 @@ def test_time_limit(world: World, session: Session) -> None:
     assert world.submit(attempt["id"]).get_json()["score"] == 1.0
 
 
-def test_shuffled_options_are_stable_per_attempt(world: World) -> None:
-    data = quiz_data(QUIZ_A, id="quiz-s", settings={"shuffle_answers": True})
+def _options(view: dict[str, Any], item_id: str) -> list[str]:
+    item = next(i for i in view["items"] if i["id"] == item_id)
+    return [o["id"] for o in item["options"]]
+
+
+def _shuffle_quiz(world: World, quiz_id: str, shuffle: bool, fixed: tuple[str, ...] = ()) -> None:
+    """Quiz A with unlimited attempts, shuffled or not; ``fixed`` items keep their order."""
+    data = quiz_data(
+        QUIZ_A, id=quiz_id, settings={"allowed_attempts": None, "shuffle_answers": shuffle}
+    )
+    for item in data["items"]:
+        if item["id"] in fixed:
+            item["shuffle"] = False
     assert world.post("/api/v1/quizzes", "prof", json=data).status_code == 201
+
+
+WRITTEN = {"q1": ["a", "b", "c"], "q2": ["n2", "n3", "n4", "n5", "n6"], "q3": ["t", "f"]}
+
+
+def test_option_order_is_seeded_per_attempt_and_item() -> None:
+    quiz = load_quiz(quiz_data(QUIZ_A), source="test")
+    q2 = quiz.item("q2")
+    seeds = [f"{n:032x}" for n in range(20)]
+    orders = [tuple(option_order(q2, seed)) for seed in seeds]
+    assert orders == [tuple(option_order(q2, seed)) for seed in seeds]  # same seed, same order
+    assert all(sorted(o) == list(range(5)) for o in orders)
+    assert len(set(orders)) > 1  # different attempts, different orders
+    assert option_order(q2, None) == list(range(5))  # the quiz does not shuffle
+    fixed = dataclasses.replace(q2, shuffle=False)
+    assert {tuple(option_order(fixed, seed)) for seed in seeds} == {tuple(range(5))}
+
+
+def test_shuffled_options_are_stable_per_attempt_and_differ_between_attempts(world: World) -> None:
+    _shuffle_quiz(world, "quiz-s", shuffle=True)
     orders = set()
-    for who in ("alice", "bob", "alice", "bob"):
-        attempt = world.start("quiz-s", who=who)
-        order = tuple(o["id"] for o in attempt["items"][1]["options"])
-        again = world.get(f"/api/v1/attempts/{attempt['id']}", who).get_json()
-        assert tuple(o["id"] for o in again["items"][1]["options"]) == order
-        orders.add(order)
-    assert all(sorted(o) == ["n2", "n3", "n4", "n5", "n6"] for o in orders)
+    for _ in range(6):
+        attempt = world.start("quiz-s")
+        order = _options(attempt, "q2")
+        for _ in range(2):  # a reload shows the same order
+            again = world.get(f"/api/v1/attempts/{attempt['id']}", "alice").get_json()
+            assert _options(again, "q2") == order
+        assert sorted(order) == sorted(WRITTEN["q2"])
+        orders.add(tuple(order))
+    # 6 attempts of a 5-option item all in one order: 1 in 120**5 if shuffling works
+    assert len(orders) > 1
+
+
+def test_shuffled_attempts_are_graded_by_option_id(world: World) -> None:
+    _shuffle_quiz(world, "quiz-s", shuffle=True)
+    layouts = set()
+    for _ in range(6):
+        attempt = world.start("quiz-s")
+        q2 = _options(attempt, "q2")
+        # where the right answers were shown: q1's "b" and q2's even numbers
+        layouts.add((_options(attempt, "q1").index("b"), tuple(q2.index(o) for o in WRITTEN["q2"])))
+        fb = world.answer(attempt["id"], "q1", ["b"]).get_json()
+        assert fb["correct"] is True and fb["points"] == 2.0
+        fb = world.answer(attempt["id"], "q2", ["n6", "n2", "n4"]).get_json()
+        assert fb["correct"] is True and fb["points"] == 3.0
+        assert world.submit(attempt["id"]).get_json()["score"] == 5.0
+    assert len(layouts) > 1  # the answers moved, and were still the right ones
+
+
+def test_an_item_that_keeps_its_order_is_never_shuffled(world: World) -> None:
+    _shuffle_quiz(world, "quiz-s", shuffle=True, fixed=("q2",))
+    q1_orders = set()
+    for _ in range(6):
+        attempt = world.start("quiz-s")
+        assert _options(attempt, "q2") == WRITTEN["q2"]
+        q1_orders.add(tuple(_options(attempt, "q1")))
+    assert len(q1_orders) > 1  # the other items still shuffle
+    data = world.get("/api/v1/quizzes/quiz-s/data", "prof").get_json()
+    assert [it["shuffle"] for it in data["items"]] == [True, False, True]
+
+
+def test_a_quiz_that_does_not_shuffle_shows_the_written_order(world: World) -> None:
+    _shuffle_quiz(world, "quiz-f", shuffle=False)
+    for _ in range(3):
+        attempt = world.start("quiz-f")
+        assert {i["id"]: _options(attempt, i["id"]) for i in attempt["items"]} == WRITTEN
+
+
+def _signin(client: FlaskClient, token: str) -> None:
+    page = client.get("/signin").get_data(as_text=True)
+    form_token = re.search(r'name="signin_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    assert (
+        client.post("/signin", data={"token": token, "signin_token": form_token}).status_code == 303
+    )
+
+
+def test_instructor_preview_says_how_options_are_ordered(world: World) -> None:
+    _shuffle_quiz(world, "quiz-s", shuffle=True, fixed=("q2",))
+    _shuffle_quiz(world, "quiz-f", shuffle=False, fixed=("q2",))
+    c = world.app.test_client()
+    _signin(c, world.tokens["prof"])
+    shuffled = " ".join(c.get("/quiz/quiz-s").get_data(as_text=True).split())
+    assert "options shuffled per attempt" in shuffled
+    assert shuffled.count("options keep this order") == 1
+    assert re.search(r"q2 · revision 1 · 3 points · options keep this order", shuffled)
+    fixed = " ".join(c.get("/quiz/quiz-f").get_data(as_text=True).split())
+    assert "options in the written order" in fixed
+    assert "options shuffled" not in fixed and "options keep this order" not in fixed
 
 
 # ---- Idempotency-Key -------------------------------------------------------------------------

@@ -225,8 +225,8 @@ def test_broken_qti21_fails(schemas: Schemas, schemas_dir: Path) -> None:
         root.set("{http://www.w3.org/XML/1998/namespace}lang", "en")
 
     assert any(
-        "test.xml" in p
-        for p in validate_export("qti21", _edit(out, "test.xml", lang_on_test), schemas_dir)
+        "test-en.xml" in p
+        for p in validate_export("qti21", _edit(out, "test-en.xml", lang_on_test), schemas_dir)
     )
 
 
