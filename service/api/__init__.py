@@ -60,6 +60,7 @@ def make_api(app: Flask) -> Api:
 BLUEPRINTS: list[str] = [
     "service.api.meta",
     "service.api.quizzes",
+    "service.api.imports",
     "service.api.attempts",
     "service.api.grades",
     "service.api.exercises",

@@ -7,6 +7,7 @@ import click
 from service.cli.db import db
 from service.cli.export import export
 from service.cli.grade import exercises, grade_exercise
+from service.cli.imports import import_cmd
 from service.cli.items import items
 from service.cli.lti import lti
 from service.cli.serve import serve
@@ -21,6 +22,7 @@ def main() -> None:
 
 main.add_command(items)
 main.add_command(export)
+main.add_command(import_cmd)
 main.add_command(db)
 main.add_command(token)
 main.add_command(serve)
