@@ -164,8 +164,15 @@ def import_quiz(
     data: bytes, filename: str = "upload", *, quiz_id: str | None = None
 ) -> ImportResult:
     """The quiz in ``data``; raises ``ImportFailed`` (with ``field``) when it cannot be read."""
-    fmt, draft = read_draft(data, filename)
-    quiz = build(draft, quiz_id=quiz_id, source=filename)
+    try:
+        fmt, draft = read_draft(data, filename)
+        quiz = build(draft, quiz_id=quiz_id, source=filename)
+    except ImportFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - untrusted bytes meet parsers here: never a 500
+        raise ImportFailed(
+            f"{filename}: cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
     return ImportResult(quiz, fmt, list(dict.fromkeys(draft.warnings)))
 
 

@@ -228,9 +228,12 @@ def _item(draft: DraftQuiz, v: _Version) -> DraftItem | None:
     ]
     shuffle = ci.get("shuffle")
     max_choices = ci.get("maxChoices", "1")
+    kind = "multiple_choice" if max_choices == "1" else "multiple_answers"
+    if kind == "multiple_choice" and _true_false(options):
+        kind = "true_false"  # QTI has no such type; two choices saying True and False are one
     return DraftItem(
         label=name,
-        type="multiple_choice" if max_choices == "1" else "multiple_answers",
+        type=kind,
         prompt=prompt,
         options=options,
         explanation=explanation,
@@ -238,6 +241,11 @@ def _item(draft: DraftQuiz, v: _Version) -> DraftItem | None:
         points=_points(root),
         shuffle=None if shuffle is None else shuffle == "true",
     )
+
+
+def _true_false(options: list[DraftOption]) -> bool:
+    words = sorted(t.strip().rstrip(".").lower() for o in options for lang, t in o.text[:1])
+    return len(options) == 2 and words == ["false", "true"]
 
 
 def _merge(into: Pieces, more: Pieces) -> None:

@@ -132,6 +132,20 @@ def test_zip_bomb_is_refused() -> None:
         import_quiz(bomb, "bomb.zip")
 
 
+@pytest.mark.parametrize("fmt", ["moodle-xml", "qti12", "imscc", "qti21"])
+def test_damaged_exports_fail_cleanly(fmt: str) -> None:
+    """Cut or corrupted files give ImportFailed, never another exception (a 500 in the API)."""
+    data = export_quiz(get_quiz("ring-attention-quiz"), fmt, "all").data
+    damaged = [data[: len(data) // k] for k in (2, 3, 5)]
+    damaged.append(data.replace(b"xml", b"xm!", 3))
+    damaged.append(data[:200] + bytes(reversed(data[200:400])) + data[400:])
+    for blob in damaged:
+        try:
+            import_quiz(blob, f"damaged.{fmt}")
+        except ImportFailed as exc:
+            assert exc.field == "file" and str(exc)
+
+
 # --- the command line ------------------------------------------------------------------------
 
 
