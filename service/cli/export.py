@@ -42,7 +42,11 @@ from service.exports.validate import validate_export
     "--check", is_flag=True, help="Validate against the official schemas; fail on problems."
 )
 def export(quiz_id: str, fmt: str, lang: str, mlang: str, output: Path, check: bool) -> None:
-    """Export QUIZ_ID for Canvas (qti12, qti21) or Moodle (moodle-xml, imscc)."""
+    """Export QUIZ_ID for Canvas (qti12, qti21) or Moodle (moodle-mbz, moodle-xml, imscc).
+
+    For a graded Moodle quiz use moodle-mbz (a quiz backup: course → Restore); moodle-xml fills
+    only the question bank, and imscc restores with every mark set to 1 and a total of 4.
+    """
     try:
         quiz = get_quiz(quiz_id)
     except UnknownQuiz as exc:

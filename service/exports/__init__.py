@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from item_bank.model import Quiz
-from service.exports import imscc, moodle_xml, qti12, qti21
+from service.exports import imscc, mbz, moodle_xml, qti12, qti21
 
 #: format → (media type, file extension)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -17,6 +17,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     "qti21": ("application/zip", ".zip"),
     "imscc": ("application/vnd.ims.imsccv1p1", ".imscc"),
     "moodle-xml": ("application/xml", ".xml"),
+    # A Moodle 2 backup; Moodle's own mimetype for .mbz (lib/classes/filetypes.php).
+    "moodle-mbz": ("application/vnd.moodle.backup", ".mbz"),
 }
 
 #: en: English everywhere; source: each string's source form; all: every language (§5).
@@ -25,7 +27,7 @@ LANG_MODES: tuple[str, ...] = ("en", "source", "all")
 #: How Moodle targets write several languages: core multilang spans or {mlang} (filter_multilang2).
 MLANG_SYNTAXES: tuple[str, ...] = ("spans", "mlang")
 
-MOODLE_FORMATS = ("imscc", "moodle-xml")
+MOODLE_FORMATS = ("imscc", "moodle-xml", "moodle-mbz")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ def export_quiz(quiz: Quiz, fmt: str, lang: str = "en", *, mlang: str = "spans")
         data = qti21.export(quiz, lang)
     elif fmt == "imscc":
         data = imscc.export(quiz, lang, style)
+    elif fmt == "moodle-mbz":
+        data = mbz.export(quiz, lang, style)
     else:
         data = moodle_xml.export(quiz, lang, style)
     return ExportFile(data, export_filename(quiz.id, fmt, lang, mlang), FORMATS[fmt][0])

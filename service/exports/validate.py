@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lxml import etree, isoschematron
 
+from service.exports.mbz.check import mbz_problems
 from service.exports.moodle_xml import ALLOWED_FRACTIONS
 
 SCH_NS = "http://purl.oclc.org/dsdl/schematron"
@@ -509,6 +510,8 @@ def validate_export(fmt: str, data: bytes, schemas_dir: str | Path | None = None
     """Problems found in an export of format ``fmt`` (empty list: valid)."""
     if fmt == "moodle-xml":
         return _validate_moodle(data)
+    if fmt == "moodle-mbz":  # a Moodle backup has no schema: its structure and marks
+        return mbz_problems(data)
     if fmt not in _PACKAGED:
         raise ValueError(f"unknown export format {fmt!r}")
     schemas = load_schemas(str(Path(schemas_dir) if schemas_dir else default_schemas_dir()))

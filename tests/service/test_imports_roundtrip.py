@@ -31,10 +31,13 @@ from service.exports import FORMATS, LANG_MODES, MOODLE_FORMATS, export_quiz
 from service.imports import import_quiz
 
 QUIZZES = ("ring-attention-quiz", "sparse-attention-quiz")
+#: Every export format the importer reads back: all but Moodle backups (.mbz), which only
+#: Moodle's restore reads (issue 17 §4).
+IMPORTABLE = [fmt for fmt in FORMATS if fmt != "moodle-mbz"]
 CASES = [
     (qid, fmt, lang, mlang)
     for qid in QUIZZES
-    for fmt in FORMATS
+    for fmt in IMPORTABLE
     for lang in LANG_MODES
     for mlang in (("spans", "mlang") if fmt in MOODLE_FORMATS and lang == "all" else ("spans",))
 ]
@@ -116,7 +119,7 @@ def test_import_of_an_export_is_the_same_quiz(
     assert any("topics" in w for w in result.warnings)
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", IMPORTABLE)
 def test_round_trip_keeps_a_question_that_keeps_its_order(fmt: str) -> None:
     """One item with ``shuffle: false`` among shuffled ones comes back as such."""
     from dataclasses import replace
@@ -131,7 +134,7 @@ def test_round_trip_keeps_a_question_that_keeps_its_order(fmt: str) -> None:
     assert effective == [it.shuffle for it in quiz.items]
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", IMPORTABLE)
 @pytest.mark.parametrize("lang", LANG_MODES)
 def test_round_trip_of_all_item_types(fmt: str, lang: str) -> None:
     """The API tests' quiz A: Greek source, 2 points, multiple answers, true/false, English
