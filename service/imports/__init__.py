@@ -96,6 +96,11 @@ def _read_canvas(pkg: Package, manifest: etree._Element) -> DraftQuiz:
 
 def _read_zip(data: bytes) -> tuple[str, DraftQuiz]:
     pkg = open_zip(data)
+    if pkg.has("moodle_backup.xml"):
+        raise ImportFailed(
+            "a Moodle backup (.mbz) is not read here: restore it in Moodle, or export the "
+            "questions from Moodle's question bank as Moodle XML and import that"
+        )
     if not pkg.has("imsmanifest.xml"):
         # A zip of loose QTI files (some tools export those): take the first one we know.
         for name in sorted(pkg.names):
@@ -135,8 +140,8 @@ def read_draft(data: bytes, filename: str) -> tuple[str, DraftQuiz]:
         return _read_zip(data)
     if data[:2] == b"\x1f\x8b":
         raise ImportFailed(
-            "a gzip file (a Moodle .mbz backup?) is not supported: export the questions as "
-            "Moodle XML instead"
+            "a gzip file (a Moodle .mbz backup?) is not read here: restore it in Moodle, or "
+            "export the questions from Moodle's question bank as Moodle XML and import that"
         )
     head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
     if not head.startswith(b"<"):

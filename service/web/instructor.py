@@ -22,9 +22,11 @@ from service.web.pages import bp
 #: The LMS export buttons: format and what it is for (as the README's table says).
 EXPORT_LABELS = {
     "qti12": "Canvas (QTI 1.2)",
-    "qti21": "QTI 2.1 package",
-    "imscc": "Moodle course restore (Common Cartridge)",
+    "moodle-mbz": "Moodle quiz, graded right (Moodle backup .mbz)",
     "moodle-xml": "Moodle question bank (Moodle XML)",
+    "qti21": "QTI 2.1 package",
+    # Moodle's cartridge converter sets every mark to 1 (docs/moodle.md): for other LMSs
+    "imscc": "Common Cartridge (not for Moodle quizzes: marks come out wrong)",
 }
 
 GRADE_COLUMNS = [

@@ -155,3 +155,11 @@ def test_a_second_import_is_stable() -> None:
     once = import_quiz(export_quiz(quiz, "moodle-xml", "all").data, "a.xml").quiz
     twice = import_quiz(export_quiz(once, "moodle-xml", "all").data, "b.xml").quiz
     assert twice == once
+
+
+def test_a_moodle_backup_is_refused_with_the_way_forward() -> None:
+    from service.imports import ImportFailed
+
+    data = export_quiz(get_quiz(QUIZZES[0]), "moodle-mbz", "all").data
+    with pytest.raises(ImportFailed, match=r"Moodle backup \(\.mbz\).*Moodle XML"):
+        import_quiz(data, "quiz.mbz")
