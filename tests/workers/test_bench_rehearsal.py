@@ -62,8 +62,20 @@ LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
 LATE_HELPER = LATE.format(
     late="_calls[0] == 20 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
 )
-# Right only while the garbage collector is off: it must be off in every timed call.
-GC_WATCH = LATE.format(late="out = torch.zeros_like(out) if __import__('gc').isenabled() else out")
+# Appended to a correct solution: it says when it is imported (which runners import it), and
+# goes wrong once past the tests if a call runs with the garbage collector on (it must be off in
+# every timed call).
+WATCHED = b"""
+import gc as _gc
+import sys as _sys
+print("kgrade-test: imported", file=_sys.stderr, flush=True)
+_inner, _n = merge_attention, [0]
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    _n[0] += 1
+    out, lse = _inner(out_a, lse_a, out_b, lse_b)
+    return (torch.zeros_like(out) if _n[0] > 12 and _gc.isenabled() else out), lse
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +96,16 @@ def _grade_stable(extra: bytes = b"") -> GradeResult:
     return grade("attention-merge", src, device="cpu", reference_timing=True)
 
 
-def test_correct_solution_is_timed_beside_the_reference() -> None:
-    r = _grade_stable()
+@pytest.fixture(scope="module")
+def watched() -> GradeResult:
+    """One paired grading of a correct solution, read by several tests (each costs ~30 s)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(REHEARSAL_ENV, "1")
+        return _grade_stable(WATCHED)
+
+
+def test_correct_solution_is_timed_beside_the_reference(watched: GradeResult) -> None:
+    r = watched
     assert r.verdict is Verdict.PASS, r.output
     assert r.details.get("rehearsal") is True
     (t,) = r.timings
@@ -147,12 +167,10 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     assert r.details["baseline"][t.name]["calls"] >= MIN_ITERS
 
 
-def test_paired_timed_calls_come_from_a_fresh_runner() -> None:
+def test_paired_timed_calls_come_from_a_fresh_runner(watched: GradeResult) -> None:
     # The module prints once per import: the tests phase's runner, then the fresh one that
     # takes the timed calls beside ours (logs of both are kept).
-    r = _grade_stable(
-        b"\nimport sys\nprint('kgrade-test: imported', file=sys.stderr, flush=True)\n"
-    )
+    r = watched
     assert r.verdict is Verdict.PASS, r.output
     assert r.logs.count("kgrade-test: imported") == 2, r.logs
 
@@ -314,13 +332,12 @@ def test_reference_runs_are_not_confirmed() -> None:
     assert r.verdict is Verdict.PASS and "confirmation" not in r.details
 
 
-def test_timed_calls_run_without_the_garbage_collector() -> None:
+def test_timed_calls_run_without_the_garbage_collector(watched: GradeResult) -> None:
     import gc
 
-    assert gc.isenabled()
-    r = grade("attention-merge", GC_WATCH.encode(), device="cpu")
-    assert r.verdict is Verdict.PASS, r.output
-    assert r.timings and r.timings[0].n >= MIN_ITERS
+    assert gc.isenabled()  # here: only the timed calls run without it
+    assert watched.verdict is Verdict.PASS, watched.output
+    assert watched.timings and watched.timings[0].n >= MIN_ITERS
 
 
 def test_timed_loops_take_turns_on_a_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
