@@ -15,6 +15,7 @@ from typing import Any
 from flask import Flask
 
 from service.config import load_config
+from service.health import register_health
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -30,6 +31,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     register_api(app)
     register_web(app)
     register_lti(app)
+    register_health(app)  # /healthz, /readyz: no auth, for the probes
     if app.config["TASKS_EAGER"]:
         import service.lti.tasks  # noqa: F401 - registers the tasks run in-process
     if app.config["IMPORT_BANK"]:
