@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy.k8s_build import K8S, KEDA, build, listed_files
 from workers.celery_app import QUEUE_GPU, QUEUE_GPU_X2, QUEUES
 from workers.queues import QUEUE_LTI
 
@@ -129,14 +130,14 @@ def test_compose_workers_cover_queues_with_one_process_per_gpu(compose: dict[str
 
 @pytest.fixture(scope="module")
 def k8s() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
-    files = kustomization["resources"]
-    on_disk = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(files) == on_disk, "kustomization.yaml lists exactly the manifests"
-    docs: list[dict[str, Any]] = []
-    for name in files:
-        docs += [d for d in yaml.safe_load_all((DEPLOY / "k8s" / name).read_text()) if d]
-    return docs
+    """The base (deploy/k8s) as `kubectl apply -k` sends it."""
+    return build(K8S)
+
+
+@pytest.mark.parametrize("directory", [K8S, KEDA], ids=["base", "keda"])
+def test_kustomizations_list_exactly_their_manifests(directory: Path) -> None:
+    on_disk = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed_files(directory) == on_disk
 
 
 def test_k8s_objects_well_formed(k8s: list[dict[str, Any]]) -> None:
