@@ -106,7 +106,10 @@ def _document_extra_paths(app: Flask, api: Api) -> None:
 
 
 def register_api(app: Flask) -> None:
+    from service.api.outage import register_outage_handler
+
     api = make_api(app)
+    register_outage_handler(app)
     for name in BLUEPRINTS:
         api.register_blueprint(importlib.import_module(name).blp)
     from service.api.docs import bp as docs_bp

@@ -40,6 +40,12 @@ from service.extensions import db
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: What a ``JSONDecodeError`` carries as its document when the body was not JSON. It must not
+#: be empty: webargs reads a decode error with an empty document as "no body at all" and loads
+#: the defaults, so a body nested 10,000 deep would silently start an attempt.
+_UNDECODABLE = "<undecodable body>"
+
+
 def parse_json_body(raw: bytes) -> Any:
     """``json.loads`` that reports every undecodable body as a ``JSONDecodeError``.
 
@@ -49,9 +55,9 @@ def parse_json_body(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+        raise json.JSONDecodeError("nested too deeply", _UNDECODABLE, 0) from None
     except UnicodeDecodeError as exc:
-        raise json.JSONDecodeError(f"not UTF-8: {exc.reason}", "", 0) from None
+        raise json.JSONDecodeError(f"not UTF-8: {exc.reason}", _UNDECODABLE, 0) from None
 
 
 class KgradeParser(FlaskParser):
@@ -59,13 +65,25 @@ class KgradeParser(FlaskParser):
         try:
             return super()._raw_load_json(req)
         except RecursionError:
-            raise json.JSONDecodeError("nested too deeply", "", 0) from None
+            raise json.JSONDecodeError("nested too deeply", _UNDECODABLE, 0) from None
 
 
 class Blueprint(SmorestBlueprint):
     """flask-smorest's Blueprint with a JSON parser that never lets bad input become a 500."""
 
     ARGUMENTS_PARSER = KgradeParser()
+
+
+#: Integer ids are stored in 32-bit signed columns (PostgreSQL ``integer``); a larger number in
+#: a URL cannot name a row, and passing it to the database is an overflow error (a 500).
+MAX_DB_ID = 2**31 - 1
+
+
+def db_id(value: int, field: str, location: str = "path", what: str = "") -> int:
+    """``value`` if it can be a stored row id, else the 404 a missing row gets, naming ``field``."""
+    if not 1 <= value <= MAX_DB_ID:
+        field_error(404, location, field, f"unknown {what or field.removesuffix('_id')} {value}")
+    return value
 
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -80,7 +98,8 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     409: "Conflicts with the stored state (already answered, submitted, attempt limit, exists)",
     413: "Request body larger than the configured limit",
     422: "The body, query or header failed validation; `errors` names each field",
-    503: "A required component is not installed",
+    503: "The database is unreachable for now (say, restarting): nothing was changed; retry after "
+    "the `Retry-After` seconds (or a required component is not installed)",
 }
 
 IDEMPOTENCY_PARAM: dict[str, Any] = {
@@ -121,7 +140,8 @@ def endpoint(
             f = _transactional(f, idempotent=idempotent)
         f = requires(*roles)(f)
         f = blp.doc(security=[{"bearerAuth": []}])(f)
-        codes = {401, 403, *errors}
+        # Any request may meet the database down (503 with Retry-After, service.api.outage).
+        codes = {401, 403, 503, *errors}
         if idempotent:
             codes |= {400, 422}
             f = blp.doc(parameters=[IDEMPOTENCY_PARAM])(f)

@@ -13,7 +13,14 @@ from flask.views import MethodView
 from flask_smorest import abort
 from marshmallow import Schema, fields
 
-from service.api.common import Blueprint, ErrorSchema, endpoint, error, parse_json_body
+from service.api.common import (
+    Blueprint,
+    ErrorSchema,
+    db_id,
+    endpoint,
+    error,
+    parse_json_body,
+)
 from service.auth import current_principal
 from service.core import assignments
 from service.core import submissions as submissions_
@@ -293,7 +300,7 @@ class SubmissionById(MethodView):
         Students may read only their own submissions.
         """
         actor = current_principal()
-        row = submissions_.get(db.session, actor, submission_id)
+        row = submissions_.get(db.session, actor, db_id(submission_id, "submission_id"))
         return submissions_.view(row, submissions_.final_result(db.session, row), actor)
 
 

@@ -31,11 +31,17 @@ SIDECARS.append(embedded_worker)
 SIDECARS.append(embedded_lti_worker)
 
 
+GUNICORN_CONFIG = "python:service.cli.gunicorn_conf"
+
+
 def gunicorn_argv(host: str, port: int, workers: int, threads: int, timeout: int) -> list[str]:
     return [
         sys.executable,
         "-m",
         "gunicorn",
+        # JSON errors from gunicorn itself and header limits the API's own checks sit under.
+        "--config",
+        GUNICORN_CONFIG,
         "--bind",
         f"{host}:{port}",
         "--workers",

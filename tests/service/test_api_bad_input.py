@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy.orm import Session
 
-from tests.service.conftest import QUIZ_A, QUIZ_B, World, quiz_data, table_snapshot
+from service.db import write_intent
+from tests.service.conftest import QUIZ_A, QUIZ_B, REPO, World, quiz_data, table_snapshot
 
 MALFORMED_BODIES: list[tuple[str, bytes, str]] = [
     ("invalid json", b'{"item_id": "q1", ', "application/json"),
@@ -224,3 +231,131 @@ def test_nul_bytes_in_texts_and_answers(world: World) -> None:
         assert r.status_code == 422, body
     r = world.post("/api/v1/quizzes/quiz-b/attempts", "alice", json={"lang": "en\u0000"})
     assert r.status_code == 422
+
+
+# ---- ids out of the database's range, deep nesting, long headers (issue 16) ----------------
+
+
+@pytest.mark.parametrize(
+    "sid", ["0", "2147483648", "9223372036854775808", "30541092336120229888", "2147483647"]
+)
+def test_submission_ids_beyond_the_database_are_404_naming_the_field(
+    world: World, sid: str
+) -> None:
+    for who in ("alice", "prof"):
+        r = world.get(f"/api/v1/submissions/{sid}", who)
+        body = _assert_json_error(r, sid)
+        assert r.status_code == 404
+        assert body["errors"] == {"path": {"submission_id": [f"unknown submission {int(sid)}"]}}
+
+
+def test_body_nested_10000_deep_is_400_and_starts_no_attempt(world: World) -> None:
+    raw = b"[" * 10_000 + b"]" * 10_000
+    before = table_snapshot(world.app)
+    for method, url, who in _endpoints(world, "0" * 32):
+        headers = {**world.h(who), "Content-Type": "application/json"}
+        r = getattr(world.client, method)(url, data=raw, headers=headers)
+        body = _assert_json_error(r, url)
+        assert r.status_code == 400 and body["errors"] == {"json": ["Invalid JSON body."]}, url
+    assert table_snapshot(world.app) == before
+    # The student still has both of quiz A's attempts.
+    world.start("quiz-a")
+    world.start("quiz-a")
+
+
+def test_long_idempotency_key_is_400_naming_the_header(world: World) -> None:
+    before = table_snapshot(world.app)
+    r = world.post(
+        "/api/v1/quizzes/quiz-a/attempts",
+        "alice",
+        json={},
+        headers={"Idempotency-Key": "k" * 10_000},
+    )
+    body = _assert_json_error(r, "long key")
+    assert r.status_code == 400 and "Idempotency-Key" in body["errors"]["headers"]
+    assert table_snapshot(world.app) == before
+
+
+@pytest.fixture(scope="module")
+def real_gunicorn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
+    """``kgrade serve``'s gunicorn command line on a migrated SQLite file: (port, a token)."""
+    from service.auth import create_token
+    from service.cli.db import upgrade_and_import
+    from service.cli.serve import gunicorn_argv
+    from service.db import make_engine
+
+    folder = tmp_path_factory.mktemp("gunicorn")
+    url = f"sqlite:///{folder / 'kgrade.sqlite3'}"
+    upgrade_and_import(url, import_bank=False)
+    engine = make_engine(url)
+    with write_intent(), Session(engine) as sess:
+        token = create_token(sess, role="student", name="g")[1]
+        sess.commit()
+    engine.dispose()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": url, "KGRADE_IMPORT_BANK": "0"}
+    log = (folder / "gunicorn.log").open("wb")
+    proc = subprocess.Popen(
+        gunicorn_argv("127.0.0.1", port, 1, 2, 30), env=env, stdout=log, stderr=log, cwd=REPO
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, (folder / "gunicorn.log").read_text()[-2000:]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.1)
+        yield port, token
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def _raw(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_gunicorn_answers_long_and_broken_requests_with_json(
+    real_gunicorn: tuple[int, str],
+) -> None:
+    port, token = real_gunicorn
+    auth = f"Authorization: Bearer {token}\r\n".encode()
+
+    def get(path: str, extra: bytes = b"") -> tuple[int, dict[str, Any]]:
+        req = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+        status, headers, body = _raw(port, req + auth + extra + b"\r\n")
+        assert headers.get("Content-Type", "").startswith("application/json"), (status, body)
+        out = json.loads(body)
+        assert out["code"] == status and out["message"], out
+        return status, out
+
+    # A 10,000-character key reaches the app, which names the header.
+    key = b"Idempotency-Key: " + b"k" * 10_000 + b"\r\n"
+    req = b"POST /api/v1/quizzes/none/attempts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    req += auth + key + b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+    status, headers, body = _raw(port, req)
+    assert status == 400, body
+    assert "Idempotency-Key" in json.loads(body)["errors"]["headers"]
+    # Beyond gunicorn's own limits: its refusals are the API's JSON too.
+    status, out = get("/api/v1/whoami", b"X-Big: " + b"x" * 40_000 + b"\r\n")
+    assert status == 431
+    status, out = get("/api/v1/quizzes/" + "q" * 9000)
+    assert status == 414
+    status, _, body = _raw(port, b"GARBAGE\r\n\r\n")
+    assert status == 400 and json.loads(body)["code"] == 400
+    # And the server still serves.
+    assert get("/api/v1/submissions/30541092336120229888")[0] == 404
