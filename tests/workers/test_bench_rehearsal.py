@@ -58,9 +58,11 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 """
 LATE_WRONG = LATE.format(late="out = torch.zeros_like(out)")
 LATE_MUTATION = LATE.format(late="out_b.zero_()  # scratch space 'for free'")
-# A helper process appears once the timed calls begin (it could compute, or load the GPU).
+# A helper process appears once the timed calls begin (it could compute, or load the GPU): at
+# call 13, which every benchmark reaches (3+ warm-up calls, 10+ timed ones) and no tests phase
+# does (10 cases and 2 twins), however soon its loop ends.
 LATE_HELPER = LATE.format(
-    late="_calls[0] == 20 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
+    late="_calls[0] == 13 and __import__('os').fork() == 0 and __import__('time').sleep(120)"
 )
 # Appended to a correct solution: it says when it is imported (which runners import it), and
 # goes wrong once past the tests if a call runs with the garbage collector on (it must be off in
