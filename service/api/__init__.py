@@ -15,7 +15,9 @@ from typing import Any
 from flask import Flask
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import IntegerConverter
 
+from service.api.common import MAX_DB_ID
 from service.api.errors import ErrorSchema
 
 
@@ -49,6 +51,19 @@ def _first_error(errors: Any, path: str = "") -> str | None:
             return f"{path}: {errors[0]}" if path else errors[0]
         return _first_error(errors[0], path)
     return None
+
+
+class DbIdConverter(IntegerConverter):
+    """``<db_id:name>``: a stored row's integer id in a path.
+
+    Routing takes any run of digits, so that the view can answer an id no row can have (over
+    the 32-bit column, or 0) with the 404 that names the field (``common.db_id``); the
+    OpenAPI document states the range a real id has.
+    """
+
+
+def _db_id_schema(_converter: DbIdConverter) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": MAX_DB_ID}
 
 
 def make_api(app: Flask) -> Api:
@@ -110,6 +125,9 @@ def register_api(app: Flask) -> None:
 
     api = make_api(app)
     register_outage_handler(app)
+    # Before the blueprints: their rules look the converter up when they are added.
+    app.url_map.converters["db_id"] = DbIdConverter
+    api.register_converter(DbIdConverter, _db_id_schema)
     for name in BLUEPRINTS:
         api.register_blueprint(importlib.import_module(name).blp)
     from service.api.docs import bp as docs_bp

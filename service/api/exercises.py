@@ -290,7 +290,7 @@ class ExerciseSubmissions(MethodView):
         return {**created, "url": url}, 202, {"Location": url}
 
 
-@blp.route("/submissions/<int:submission_id>")
+@blp.route("/submissions/<db_id:submission_id>")
 class SubmissionById(MethodView):
     @endpoint(blp, roles=("student", "instructor"), errors=(404,))
     @blp.response(200, SubmissionSchema)

@@ -30,7 +30,7 @@ from service import create_app
 from service.cli.db import upgrade_and_import
 
 #: Cases generated per API operation (about 25 operations, two roles each).
-CASES_PER_OPERATION = 25
+CASES_PER_OPERATION = 15
 SEED = 16_2026
 
 
