@@ -62,5 +62,6 @@ ENTRYPOINT ["/usr/bin/tini", "--"]
 # The API. Workers override the command, e.g.
 #   celery -A workers.celery_app worker -Q gpu -c 1 --pool prefork --prefetch-multiplier 1
 #   celery -A service.worker worker -Q lti -c 4 --pool threads      (grade passback, rosters)
-CMD ["gunicorn", "--bind", "0.0.0.0:8000", "--workers", "4", "--timeout", "60", \
-     "--access-logfile", "-", "service:create_app()"]
+# --config: gunicorn's own refusals as the API's JSON errors, header limits the API checks under
+CMD ["gunicorn", "--config", "python:service.cli.gunicorn_conf", "--bind", "0.0.0.0:8000", \
+     "--workers", "4", "--timeout", "60", "--access-logfile", "-", "service:create_app()"]

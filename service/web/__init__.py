@@ -12,6 +12,20 @@ from typing import Any
 
 from flask import Flask
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import IntegerConverter, ValidationError
+
+
+class RowIdConverter(IntegerConverter):
+    """``<row_id:name>``: a page's stored row id. A number no 32-bit column holds matches no
+    route (the page's 404), instead of reaching the database as an overflow (a 500)."""
+
+    def to_python(self, value: str) -> int:
+        from service.api.common import MAX_DB_ID
+
+        n = int(value)
+        if not 1 <= n <= MAX_DB_ID:
+            raise ValidationError()
+        return n
 
 
 def register_web(app: Flask) -> None:
@@ -19,6 +33,8 @@ def register_web(app: Flask) -> None:
 
     session.init_app(app)
     security.init_app(app)
+    # before the blueprints: their rules look the converter up when they are added
+    app.url_map.converters["row_id"] = RowIdConverter
     for bp in pages.blueprints():
         app.register_blueprint(bp)
     for code in (404, 405):

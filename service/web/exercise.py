@@ -139,7 +139,7 @@ def status_view(row: Any) -> dict[str, Any]:
     }
 
 
-@bp.get("/submissions/<int:submission_id>")
+@bp.get("/submissions/<row_id:submission_id>")
 @page()
 def submission(submission_id: int) -> Response:
     a = actor()
@@ -170,7 +170,7 @@ def submission(submission_id: int) -> Response:
     )
 
 
-@bp.get("/submissions/<int:submission_id>/status.json")
+@bp.get("/submissions/<row_id:submission_id>/status.json")
 @page()
 def submission_status(submission_id: int) -> Response:
     row = submissions.get(db.session, actor(), submission_id)

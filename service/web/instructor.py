@@ -107,7 +107,7 @@ def settings(assignment_id: str) -> Response:
     return redirect(url_for("web.assignment", assignment_id=assignment_id, saved=1), code=303)
 
 
-@bp.get("/a/<assignment_id>/students/<int:user_id>")
+@bp.get("/a/<assignment_id>/students/<row_id:user_id>")
 @page("instructor")
 def student_work(assignment_id: str, user_id: int) -> Response:
     a = actor()
@@ -209,7 +209,7 @@ def regrade_quiz(quiz_id: str) -> Response:
     return redirect(url_for("web.quiz_page", quiz_id=quiz_id), code=303)
 
 
-@bp.post("/submissions/<int:submission_id>/regrade")
+@bp.post("/submissions/<row_id:submission_id>/regrade")
 @page("instructor")
 def regrade_submission(submission_id: int) -> Response:
     """Grade the same source again, for the same student (it counts like their own)."""

@@ -203,3 +203,28 @@ def test_dockerfile_is_non_root_with_sandbox_and_torch_flavour() -> None:
     user_lines = [ln.split()[1] for ln in text.splitlines() if ln.startswith("USER ")]
     assert user_lines and user_lines[-1] not in ("root", "0")
     assert "service:create_app()" in text
+
+
+def test_every_api_command_passes_the_gunicorn_config() -> None:
+    # without it gunicorn answers long headers and bad request lines with its HTML pages, not
+    # the API's JSON errors (service/cli/gunicorn_conf.py)
+    import json
+    import re
+
+    from service.cli.serve import GUNICORN_CONFIG
+
+    commands: list[list[str]] = []
+    cmd = re.search(r"^CMD (\[.*?\])", (ROOT / "Dockerfile").read_text(), re.S | re.M)
+    assert cmd is not None
+    commands.append(json.loads(cmd.group(1).replace("\\\n", "")))
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    commands += [s["command"] for s in compose["services"].values() if "gunicorn" in str(s)]
+    for doc in yaml.safe_load_all((DEPLOY / "k8s" / "api.yaml").read_text()):
+        for c in (
+            (doc or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        ):
+            commands.append(c["command"])
+    gunicorns = [c for c in commands if c and c[0] == "gunicorn"]
+    assert len(gunicorns) == 3, commands
+    for c in gunicorns:
+        assert _flag(c, "--config", "-c") == GUNICORN_CONFIG, c

@@ -119,3 +119,16 @@ def test_pages_answer_404_as_a_page_and_the_api_as_json(world: World) -> None:
     assert r.status_code == 404 and r.mimetype == "text/html"
     r = c.get("/api/v1/no/such")
     assert r.status_code == 404 and r.is_json
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/submissions/{n}", "/submissions/{n}/status.json", "/a/x/students/{n}"],
+)
+def test_page_ids_no_row_can_have_are_404_not_an_overflow(world: World, path: str) -> None:
+    # on PostgreSQL an id past the 32-bit column reached the query and was a 500
+    c = world.app.test_client()
+    assert _signin(c, world.tokens["prof"]).status_code in (302, 303)
+    for n in (0, 2**31, 30541092336120229888):
+        r = c.get(path.format(n=n))
+        assert r.status_code == 404, (path, n, r.status_code)
