@@ -86,6 +86,22 @@ def db_id(value: int, field: str, location: str = "path", what: str = "") -> int
     return value
 
 
+def file_upload_body(
+    extra_fields: dict[str, Any] | None = None, **other_types: Any
+) -> dict[str, Any]:
+    """An OpenAPI ``requestBody`` for a multipart upload: a required binary ``file`` plus
+    ``extra_fields`` (name -> JSON schema), and other media types (``{"application/json":
+    {"schema": ...}}``) as ``other_types``."""
+    multipart = {
+        "schema": {
+            "type": "object",
+            "properties": {"file": {"type": "string", "format": "binary"}, **(extra_fields or {})},
+            "required": ["file"],
+        }
+    }
+    return {"required": True, "content": {"multipart/form-data": multipart, **other_types}}
+
+
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 

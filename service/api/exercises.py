@@ -19,6 +19,7 @@ from service.api.common import (
     db_id,
     endpoint,
     error,
+    file_upload_body,
     parse_json_body,
 )
 from service.auth import current_principal
@@ -243,21 +244,7 @@ class ExerciseSubmissions(MethodView):
         write=True,
         idempotent=True,
     )
-    @blp.doc(
-        requestBody={
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"file": {"type": "string", "format": "binary"}},
-                        "required": ["file"],
-                    }
-                },
-                "application/json": {"schema": SubmissionJsonSchema},
-            },
-        }
-    )
+    @blp.doc(requestBody=file_upload_body(**{"application/json": {"schema": SubmissionJsonSchema}}))
     @blp.response(202, SubmissionCreatedSchema)
     @blp.alt_response(
         415, schema=ErrorSchema, description="Neither multipart/form-data nor application/json"

@@ -15,7 +15,7 @@ from marshmallow import Schema, fields
 
 from item_bank import dump_quiz
 from service import quizzes_store as store
-from service.api.common import Blueprint, endpoint, field_error
+from service.api.common import Blueprint, endpoint, field_error, file_upload_body
 from service.api.errors import ErrorSchema
 from service.api.schemas import QuizDataSchema
 from service.extensions import db
@@ -56,23 +56,7 @@ def _upload() -> tuple[bytes, str]:
 @blp.route("/quizzes/import")
 class QuizImport(MethodView):
     @endpoint(blp, roles=("instructor",), errors=(409, 413, 422), write=True)
-    @blp.doc(
-        requestBody={
-            "required": True,
-            "content": {
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {
-                            "file": {"type": "string", "format": "binary"},
-                            "quiz_id": {"type": "string"},
-                        },
-                        "required": ["file"],
-                    }
-                }
-            },
-        }
-    )
+    @blp.doc(requestBody=file_upload_body({"quiz_id": {"type": "string"}}))
     @blp.response(201, ImportedQuizSchema)
     @blp.alt_response(415, schema=ErrorSchema, description="Not multipart/form-data")
     def post(self) -> tuple[dict[str, Any], int, dict[str, str]]:
