@@ -11,6 +11,12 @@ redelivered, never silently lost), ``task_reject_on_worker_lost`` (a killed pool
 the job; the DB attempt cap in ``workers.tasks`` stops a crashing submission from looping), and
 nested limits: phase budgets < soft limit < hard limit < visibility timeout.
 
+What late acks cannot cover (docs/faults.md): a worker SIGKILLed as a whole leaves its message
+unacked for the whole visibility timeout, and on a broker connection loss Celery cancels the
+running job and acknowledges its message as revoked. The database is the record instead: Celery
+beat runs ``workers.tasks.reap_stuck_jobs`` every ``KGRADE_REAP_INTERVAL_S`` on the ``maint``
+queue, which requeues submissions whose job is gone (``workers.reaper``).
+
 The Celery process never imports torch or touches CUDA: the grader core runs in a fresh process
 (``workers.job``) that the task starts by exec, and the GPU health gate asks ``nvidia-smi`` in a
 subprocess.
@@ -33,10 +39,12 @@ from workers.queues import (
     QUEUE_CPU,
     QUEUE_GPU,
     QUEUE_GPU_X2,
+    QUEUE_MAINT,
     QUEUES,
     device_for_queue,
     queue_for,
 )
+from workers.reaper import REAP_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +53,10 @@ __all__ = [
     "QUEUE_CPU",
     "QUEUE_GPU",
     "QUEUE_GPU_X2",
+    "QUEUE_MAINT",
+    "REAP_TASK",
     "app",
+    "broker_reachable",
     "broker_settings",
     "device_for_queue",
     "health_check",
@@ -75,6 +86,10 @@ HARD_TIME_LIMIT_S = _int_env("KGRADE_TASK_TIME_LIMIT", SOFT_TIME_LIMIT_S + 60)
 #: worker, so it must exceed 2x the hard limit plus the longest wait of a reserved message
 #: (prefetch 1: at most one task ahead of it, itself bounded by the hard limit).
 VISIBILITY_TIMEOUT_S = _int_env("KGRADE_VISIBILITY_TIMEOUT", 3 * HARD_TIME_LIMIT_S + 60)
+
+
+#: The beat task that requeues stuck jobs (``workers.tasks.reap_stuck_jobs``).
+REAP_TASK = "workers.tasks.reap_stuck_jobs"
 
 
 def var_dir() -> Path:
@@ -126,7 +141,10 @@ def broker_settings(redis_url: str | None = None) -> dict[str, Any]:
 def make_celery(redis_url: str | None = None) -> Celery:
     """Build the Celery app; ``redis_url`` overrides ``REDIS_URL`` (tests)."""
     app = Celery("kgrade", include=["workers.tasks"])
-    queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in QUEUES]
+    queues = [
+        Queue(name, Exchange(name, type="direct"), routing_key=name)
+        for name in (*QUEUES, QUEUE_MAINT)
+    ]
     app.conf.update(
         broker_settings(redis_url),
         task_queues=queues,
@@ -154,8 +172,32 @@ def make_celery(redis_url: str | None = None) -> Celery:
         result_expires=7 * 24 * 3600,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        beat_schedule={
+            "reap-stuck-jobs": {
+                "task": REAP_TASK,
+                "schedule": REAP_INTERVAL_S,
+                # A run nobody took in time is dropped: the next one does the same work, and
+                # none piles up behind busy workers.
+                "options": {"queue": QUEUE_MAINT, "expires": REAP_INTERVAL_S},
+            }
+        },
     )
     return app
+
+
+def broker_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether a message could be sent now: one connection to the broker, no retries.
+
+    The API asks before storing a submission, so that an outage answers 503 instead of a row
+    that nothing will grade until the broker is back.
+    """
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=timeout_s)
+        return True
+    except Exception:  # noqa: BLE001 - any failure to connect means "not now"
+        log.warning("the broker is unreachable", exc_info=True)
+        return False
 
 
 app = make_celery()

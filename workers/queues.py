@@ -13,6 +13,9 @@ QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUE_GPU_X2 = "gpu-x2"
 QUEUES: tuple[str, ...] = (QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2)
+#: Housekeeping (the stuck-job reaper, sent by Celery beat): every grading worker consumes it
+#: beside its hardware queue, so whichever is free runs it; the message expires if none is.
+QUEUE_MAINT = "maint"
 
 #: The LMS-facing queue (grade passback, roster sync), consumed by a worker of the service's
 #: (``celery -A service.worker``), never by a grading worker: a passback must not wait behind a
@@ -47,19 +50,21 @@ def lti_worker_argv(name: str) -> list[str]:
     return _celery_worker("service.worker", [QUEUE_LTI], name, concurrency=4, pool="threads")
 
 
-def worker_argv(queues: list[str] | tuple[str, ...], name: str) -> list[str]:
+def worker_argv(
+    queues: list[str] | tuple[str, ...], name: str, *, beat_schedule: str | None = None
+) -> list[str]:
     """Command line of one grading worker process (``kgrade serve``'s sidecar, tests, deploys).
 
     One job at a time (``-c 1``, prefetch 1): the grader runs its own process tree per job, and
-    on a GPU one job per device keeps timings honest.
+    on a GPU one job per device keeps timings honest. ``beat_schedule`` (a file) also runs
+    Celery beat inside this worker (``-B``): for a single-process set-up only, since two beats
+    would each send the schedule; deployments run one ``celery beat`` of their own.
     """
+    extra = ["--prefetch-multiplier", "1"]
+    if beat_schedule:
+        extra += ["-B", "-s", beat_schedule]
     return _celery_worker(
-        "workers.celery_app",
-        queues,
-        name,
-        concurrency=1,
-        pool="prefork",
-        extra=["--prefetch-multiplier", "1"],
+        "workers.celery_app", queues, name, concurrency=1, pool="prefork", extra=extra
     )
 
 

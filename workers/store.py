@@ -92,6 +92,12 @@ def define_tables(metadata: MetaData, *, foreign_keys: bool = True) -> tuple[Tab
         Column("task_id", String(64), nullable=True),
         # Deliveries that started grading; capped in workers.tasks (spec section 8).
         Column("attempts", Integer, nullable=False, default=0),
+        # Last sign of life of the job: set when it is queued (again) and every few seconds
+        # while a worker grades it; the stuck-job reaper (workers.reaper) requeues a row whose
+        # heartbeat is older than its threshold.
+        Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+        # How often the reaper found this submission stuck and queued it again.
+        Column("stuck_requeues", Integer, nullable=False, default=0, server_default="0"),
         Column("progress_phase", String(32), nullable=True),
         Column("progress_done", Integer, nullable=True),
         Column("progress_total", Integer, nullable=True),

@@ -6,18 +6,23 @@
 2. returns at once if it is already final (idempotent: a duplicate or redelivered message
    changes nothing);
 3. refuses the job on a failed health gate (requeued, not charged to the student);
-4. counts the attempt in the DB; a delivery beyond ``MAX_RUNS`` (requeues for the canary not
+4. claims the submission for this message (``workers.reaper.claim``: a message the stuck-job
+   reaper has replaced is dropped) and counts the attempt in the DB; a delivery beyond ``MAX_RUNS`` (requeues for the canary not
    counted) records INFRA_ERROR and acks, so a submission that keeps killing its worker cannot
    loop (spec section 8);
 5. runs the grader core by exec in a fresh process (``python -m workers.job``) in its own
    session, relaying its progress events (coalesced) into the DB, killing the whole group on a
    timeout;
+   A heartbeat thread marks the row alive meanwhile, so the reaper can tell a lost job
+   (SIGKILLed worker, cancelled on a broker connection loss) from a long one.
 6. upserts the result on (submission id, attempt); a passing timed result whose canary says
    the machine was not in its baseline's state is kept for the record and requeued instead,
    up to ``KGRADE_CANARY_REQUEUES`` times (grader spec section 5; default 0, see
    ``canary_requeues``).
 
-Only infrastructure errors are retried; every student fault is a verdict from the core.
+Only infrastructure errors are retried (a job process that crashed, a full disk, an
+``INFRA_ERROR`` from the core): once more, then ``INFRA_ERROR`` is final. Every student fault is
+a verdict from the core. ``reap_stuck_jobs`` is the beat task behind ``workers.reaper``.
 """
 
 from __future__ import annotations
@@ -33,23 +38,26 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
 
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 
+from workers import reaper
 from workers.celery_app import (
     GPUS_ENV,
     PHASE_BUDGET_S,
+    REAP_TASK,
     app,
     device_for_queue,
     health_check,
     var_dir,
 )
 from workers.harness.timing import CANARY_TOLERANCE
-from workers.queues import GRADED_TASK, QUEUE_LTI
+from workers.queues import GRADED_TASK, QUEUE_LTI, QUEUES
 from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
 from workers.store import DONE, SubmissionStore, database_url
 
@@ -316,8 +324,17 @@ def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
         # Requeued for a healthy worker; the attempt is not counted against the submission.
         raise Reject(f"health gate: {unhealthy}", requeue=True)
 
-    attempt = store.start_attempt(submission_id)
+    attempt = reaper.claim(store.engine, submission_id, self.request.id)
     if attempt is None:
+        if (now := store.get(submission_id)) is not None and now.status != DONE:
+            # The reaper gave this submission to a newer message: that one grades it.
+            log.warning(
+                "submission %s: message %s was replaced by %s; dropped",
+                submission_id,
+                self.request.id,
+                reaper.owner(store.engine, submission_id),
+            )
+            return {"submission_id": submission_id, "status": "superseded"}
         return {"submission_id": submission_id, "status": DONE}
     requeued = store.requeued(submission_id) if attempt > 1 else 0
     if attempt - requeued > MAX_RUNS:
@@ -365,17 +382,81 @@ def _grade(task: Any, sub: Any, attempt: int, runs: int) -> dict[str, Any]:
             log.warning("submission %s: progress write failed", sub.id, exc_info=True)
 
     try:
-        return run_job(request, progress)
+        with _heartbeat(sub.id):
+            result = run_job(request, progress)
     except (SoftTimeLimitExceeded, TimeoutError) as exc:
         return failure_result(
             "TIMEOUT", f"grading exceeded its time budget ({exc or 'soft limit'})"
         )
-    except JobInfraError as exc:
+    except (JobInfraError, OSError) as exc:
+        # OSError: this worker could not even run the job (disk full, no processes left).
         log.error("submission %s attempt %s: %s", sub.id, attempt, exc)
         if runs < MAX_RUNS:
             # Infrastructure errors are the only ones retried; the next delivery counts too.
             raise task.retry(countdown=5, max_retries=_max_retries()) from exc
         return failure_result("INFRA_ERROR", "the grader failed; this was not charged")
+    if result.get("verdict") == "INFRA_ERROR" and runs < MAX_RUNS:
+        # The core's own infrastructure verdict (say, no room for the job's folder): another
+        # delivery, maybe on another worker, may succeed.
+        log.error("submission %s attempt %s: INFRA_ERROR from the grader", sub.id, attempt)
+        raise task.retry(countdown=5, max_retries=_max_retries())
+    return result
+
+
+@contextlib.contextmanager
+def _heartbeat(submission_id: int) -> Iterator[None]:
+    """Mark the row alive every ``reaper.HEARTBEAT_S`` while the job runs (a thread: the job's
+    event loop may sit in a long phase without events)."""
+    engine = get_store().engine
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(reaper.HEARTBEAT_S):
+            try:
+                reaper.beat(engine, submission_id)
+            except Exception:  # noqa: BLE001 - a missed beat is not fatal; many make it stuck
+                log.warning("submission %s: heartbeat failed", submission_id, exc_info=True)
+
+    thread = threading.Thread(target=loop, name=f"heartbeat-{submission_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+@app.task(name=REAP_TASK)
+def reap_stuck_jobs() -> dict[str, Any]:
+    """Beat task: requeue submissions whose job is gone (``workers.reaper``)."""
+
+    def send(submission_id: int, queue: str, task_id: str) -> None:
+        grade_submission.apply_async(args=[submission_id], queue=queue, task_id=task_id)
+
+    found = reaper.reap(get_store().engine, send, _waiting_message_ids)
+    return {
+        "requeued": [r.submission_id for r in found],
+        "total": reaper.stuck_requeues_total(get_store().engine),
+    }
+
+
+def _waiting_message_ids() -> set[str] | None:
+    """Ids of the grading messages waiting in Redis's queues; None on another broker."""
+    url = str(app.conf.broker_url or "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    import redis  # the broker's own client library (kombu's Redis transport needs it)
+
+    prefix = (app.conf.broker_transport_options or {}).get("global_keyprefix") or ""
+    # kombu keeps priorities 3, 6, 9 in lists of their own beside the plain one (priority 0).
+    keys = [
+        f"{prefix}{q}{sep}" for q in QUEUES for sep in ("", *(f"\x06\x16{p}" for p in (3, 6, 9)))
+    ]
+    client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    try:
+        return reaper.redis_waiting_ids(client, keys)
+    finally:
+        client.close()
 
 
 def _stop_consuming(task: Any, queue: str, reason: str) -> None:

@@ -3,6 +3,12 @@
 The tables are ``workers.store``'s; grading is the Celery task ``workers.tasks.grade_submission``
 (it takes the submission id), sent only once the transaction holding the row commits. A
 submission belongs to a course: students see their own and their course's leaderboard.
+
+Broker faults (docs/faults.md): with the broker unreachable a submission is refused with 503
+and ``Retry-After`` before anything is stored (no row, no rate-limit slot used). Should the
+send still fail after the commit (the broker went down in between), the row stays ``queued``
+with progress phase ``unsent`` and the stuck-job reaper sends it once the broker is back, so
+the 202 the caller got stays true.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SOURCE_BYTES = 256 * 1024
 #: Per-student submissions per window, "N/SECONDS" (``KGRADE_SUBMISSION_RATE``).
 DEFAULT_RATE = "6/60"
+#: Retry-After of the 503 sent while the broker is unreachable (``KGRADE_BROKER_RETRY_AFTER_S``).
+DEFAULT_BROKER_RETRY_AFTER_S = 30
 
 
 def setting(config: dict[str, Any], key: str, env: str, default: Any) -> Any:
@@ -155,6 +163,7 @@ def _insert(
 ) -> dict[str, Any]:
     device = grade_device(config)
     queue = queue_for(device, ex.world_size)
+    check_broker(config)
     task_id = str(uuid.uuid4())
     submission_id = session.execute(
         insert(submissions)
@@ -192,29 +201,42 @@ def _insert(
     return {"id": submission_id, "status": QUEUED, "queue": queue}
 
 
+def check_broker(config: dict[str, Any]) -> None:
+    """503 with Retry-After while no message can be sent: the caller retries, nothing is kept."""
+    from workers.celery_app import broker_reachable  # the Celery app loads on first use
+
+    if broker_reachable():
+        return
+    retry = int(
+        setting(
+            config,
+            "BROKER_RETRY_AFTER_S",
+            "KGRADE_BROKER_RETRY_AFTER_S",
+            DEFAULT_BROKER_RETRY_AFTER_S,
+        )
+    )
+    raise ServiceError(
+        503,
+        f"the grading queue is unavailable; nothing was stored, submit again in {retry} s",
+        headers={"Retry-After": str(retry)},
+    )
+
+
 def _enqueue_grading(session: Session, submission_id: int, queue: str, task_id: str) -> None:
     engine = session.get_bind()
 
     def send() -> None:
+        from workers.reaper import mark_unsent
         from workers.tasks import grade_submission  # the Celery app loads on first use
 
         try:
             grade_submission.apply_async(args=[submission_id], queue=queue, task_id=task_id)
-        except Exception as exc:  # noqa: BLE001 - the row is committed; say why it will not run
-            log.exception("could not enqueue submission %s", submission_id)
-            SubmissionStore(engine=engine).save_result(
-                submission_id,
-                0,
-                {
-                    "score": 0.0,
-                    "gradable": False,
-                    "verdict": "INFRA_ERROR",
-                    "output": f"the grading queue is unavailable ({type(exc).__name__}); "
-                    "this was not charged, please submit again later",
-                    "tests": [],
-                    "leaderboard": [],
-                },
-            )
+        except Exception:  # noqa: BLE001 - the row is committed: the reaper sends it later
+            log.exception("could not enqueue submission %s; the reaper will", submission_id)
+            try:
+                mark_unsent(engine, submission_id)
+            except Exception:  # noqa: BLE001 - the row is queued either way
+                log.exception("could not mark submission %s unsent", submission_id)
 
     after_commit(session, send)
 

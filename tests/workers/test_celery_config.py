@@ -26,7 +26,7 @@ def test_redis_settings_nest_time_limits_under_one_visibility_timeout() -> None:
     assert c.result_backend_transport_options["visibility_timeout"] == vt
     # Late acks: a task outliving V runs twice. V >= 2x hard limit + one reserved task's wait.
     assert vt >= 3 * c.task_time_limit
-    assert [q.name for q in c.task_queues] == ["cpu", "gpu", "gpu-x2"]
+    assert [q.name for q in c.task_queues] == ["cpu", "gpu", "gpu-x2", "maint"]
     assert c.task_default_queue == "cpu"
 
 
