@@ -228,3 +228,31 @@ def test_every_api_command_passes_the_gunicorn_config() -> None:
     assert len(gunicorns) == 3, commands
     for c in gunicorns:
         assert _flag(c, "--config", "-c") == GUNICORN_CONFIG, c
+
+
+def _beats(commands: list[list[str]]) -> list[list[str]]:
+    return [
+        c
+        for c in commands
+        if c[:4] == ["celery", "-A", "workers.celery_app", "worker"]
+        and ("-B" in c or "--beat" in c)
+    ] + [c for c in commands if c[:4] == ["celery", "-A", "workers.celery_app", "beat"]]
+
+
+def test_k8s_runs_exactly_one_beat_and_a_maint_consumer(k8s: list[dict[str, Any]]) -> None:
+    # Celery beat sends the stuck-job reaper (docs/faults.md): without it nothing requeues a
+    # job whose worker died; with two, every periodic task is sent twice.
+    from workers.queues import QUEUE_MAINT
+
+    pods = [
+        (d, c["command"])
+        for d in k8s
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    beats = [(d, c) for d, c in pods if _beats([c])]
+    assert len(beats) == 1, [d["metadata"]["name"] for d, _ in beats]
+    ((doc, cmd),) = beats
+    assert doc["spec"].get("replicas") == 1 and doc["spec"]["strategy"]["type"] == "Recreate"
+    consumers = [c for _, c in pods if QUEUE_MAINT in (_flag(c, "-Q", "--queues") or "").split(",")]
+    assert consumers, "no worker consumes the maint queue"
