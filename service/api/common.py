@@ -114,8 +114,9 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     409: "Conflicts with the stored state (already answered, submitted, attempt limit, exists)",
     413: "Request body larger than the configured limit",
     422: "The body, query or header failed validation; `errors` names each field",
-    503: "The database is unreachable for now (say, restarting): nothing was changed; retry after "
-    "the `Retry-After` seconds (or a required component is not installed)",
+    503: "The database (or, for a submission, the grading queue) is unreachable for now (say, "
+    "restarting): nothing was changed; retry after the `Retry-After` seconds (or a required "
+    "component is not installed)",
 }
 
 IDEMPOTENCY_PARAM: dict[str, Any] = {
