@@ -13,6 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (for a server a test starts itself)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 SHARED = ROOT.parent / "shared"
 SCHEMAS = SHARED / "schemas"
 

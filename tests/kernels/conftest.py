@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 
@@ -46,12 +44,6 @@ def randn(
     *shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu", gen=None
 ) -> torch.Tensor:
     return torch.randn(*shape, generator=gen, device=device).to(dtype)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.kernels.conftest import free_port
+from tests.conftest import free_port
 
 pytestmark = [
     pytest.mark.slow,

@@ -13,7 +13,6 @@ import copy
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -31,6 +30,7 @@ from sqlalchemy import create_engine, text
 from item_bank import load_quiz
 from service import create_app
 from service.db import Base, load_models, write_intent
+from tests.conftest import free_port as _free_port
 from tests.service.conftest import QUIZ_B
 
 RESTART_DOWN_S = 2.0
@@ -39,12 +39,6 @@ RESTART_DOWN_S = 2.0
 def _pg_bin() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     return Path(found[-1]).parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OwnPostgres:

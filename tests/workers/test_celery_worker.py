@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -19,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import free_port as _free_port
 from tests.workers.conftest import add_queued_submission
+from tests.workers.faults_support import wait_for as _wait_for
 from workers import store as st
 from workers.exercises import load_exercise
 from workers.queues import worker_argv
@@ -74,25 +74,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_for(what: str, cond: Any, timeout: float, log: Path | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = log.read_text()[-3000:] if log and log.exists() else ""
-            raise AssertionError(f"timed out waiting for {what}\n{tail}")
-        time.sleep(0.3)
-
-
 # --- make run: kgrade serve starts its own worker on the filesystem:// transport ------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _http(method: str, url: str, token: str, body: dict[str, Any] | None = None) -> Any:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port as _free_port
 from tests.workers.faults_support import (
     Worker,
     add_job,
@@ -32,12 +33,6 @@ from tests.workers.faults_support import (
 from workers import store as st
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OwnRedis:
