@@ -20,14 +20,19 @@ from service.health import register_health
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     from service.api import register_api
-    from service.extensions import db
+    from service.extensions import db, rate_limits
+    from service.logs import register_logs
     from service.lti import register_lti
+    from service.metrics import register_metrics
     from service.web import register_web
 
     app = Flask(__name__, instance_relative_config=False)
     app.config.update(load_config(config))
+    register_logs(app)  # X-Request-ID, KGRADE_LOG_FORMAT=json
+    register_metrics(app)  # /metrics (KGRADE_METRICS_TOKEN), request counts and latency
     app.json.sort_keys = False  # keep the schemas' field order in responses
     db.init_app(app)
+    rate_limits.init_app(app)  # flask-limiter: submissions per student, sign-ins per address
     register_api(app)
     register_web(app)
     register_lti(app)

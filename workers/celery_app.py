@@ -32,9 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_prerun,
+    worker_init,
+    worker_shutdown,
+)
 from kombu import Exchange, Queue
 
+from workers import metrics  # before anything imports prometheus_client: it picks the mode
+from workers.logs import log_format, use_json
 from workers.queues import (
     QUEUE_CPU,
     QUEUE_GPU,
@@ -259,3 +267,30 @@ def _health_gate(task: Any = None, **_: Any) -> None:
         return
     queue = (task.request.delivery_info or {}).get("routing_key")
     task.request.kgrade_health = health_check(device_for_queue(queue)) or ""
+
+
+# --- observability ---------------------------------------------------------------------------
+
+
+@worker_init.connect
+def _serve_metrics(**_: Any) -> None:
+    # The main process, before the pool forks: the server thread lives where the pool's
+    # children report to (workers.metrics). A port taken must not stop the worker grading.
+    try:
+        metrics.start_worker_server()
+    except (OSError, ValueError):
+        log.exception("worker metrics not served")
+
+
+@worker_shutdown.connect
+def _drop_metrics_dir(**_: Any) -> None:
+    metrics.remove_multiproc_dir()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    # KGRADE_LOG_FORMAT=json: Celery's handlers write JSON lines with the request id.
+    if logger is not None and log_format() == "json":
+        for handler in logger.handlers:
+            use_json(handler)

@@ -46,7 +46,7 @@ from typing import Any
 
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 
-from workers import reaper
+from workers import metrics, reaper
 from workers.celery_app import (
     GPUS_ENV,
     PHASE_BUDGET_S,
@@ -57,6 +57,7 @@ from workers.celery_app import (
     var_dir,
 )
 from workers.harness.timing import CANARY_TOLERANCE
+from workers.logs import REQUEST_ID
 from workers.queues import GRADED_TASK, QUEUE_LTI, QUEUES
 from workers.results import MAX_RESULTS_BYTES, ResultsError, validate_results
 from workers.store import DONE, SubmissionStore, database_url
@@ -305,7 +306,20 @@ def _tail(logs: Any) -> str:
 
 
 @app.task(bind=True, name="workers.tasks.grade_submission")
-def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
+def grade_submission(
+    self: Any, submission_id: int, request_id: str | None = None
+) -> dict[str, Any]:
+    # The id of the API request that submitted (None from the reaper): on every log line of
+    # this grading, so one search follows a submission from the API to here.
+    token = REQUEST_ID.set(request_id or f"task-{self.request.id}")
+    try:
+        log.info("grading submission %s", submission_id, extra={"submission_id": submission_id})
+        return _grade_submission(self, submission_id)
+    finally:
+        REQUEST_ID.reset(token)
+
+
+def _grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
     store = get_store()
     sub = store.get(submission_id)
     if sub is None:
@@ -350,8 +364,10 @@ def grade_submission(self: Any, submission_id: int) -> dict[str, Any]:
             log.warning("submission %s attempt %s requeued: %s", sub.id, attempt, reason)
             if store.requeue(submission_id, attempt, {**result, "requeued": reason}):
                 raise self.retry(countdown=CANARY_REQUEUE_DELAY_S, max_retries=_max_retries())
-    if store.save_result(submission_id, attempt, result) and sub.assignment_id is not None:
-        _announce_graded(submission_id)
+    if store.save_result(submission_id, attempt, result):
+        metrics.record_verdict(sub.exercise_id, result["verdict"])
+        if sub.assignment_id is not None:
+            _announce_graded(submission_id)
     return {"submission_id": submission_id, "attempt": attempt, "verdict": result["verdict"]}
 
 
@@ -381,9 +397,11 @@ def _grade(task: Any, sub: Any, attempt: int, runs: int) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - progress is advisory: a failed write must not fail
             log.warning("submission %s: progress write failed", sub.id, exc_info=True)
 
+    started = time.monotonic()
     try:
         with _heartbeat(sub.id):
             result = run_job(request, progress)
+        metrics.record_grading(sub.exercise_id, sub.queue, result, time.monotonic() - started)
     except (SoftTimeLimitExceeded, TimeoutError) as exc:
         return failure_result(
             "TIMEOUT", f"grading exceeded its time budget ({exc or 'soft limit'})"

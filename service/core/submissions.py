@@ -226,11 +226,18 @@ def _enqueue_grading(session: Session, submission_id: int, queue: str, task_id: 
     engine = session.get_bind()
 
     def send() -> None:
+        from service.logs import current_request_id
         from workers.reaper import mark_unsent
         from workers.tasks import grade_submission  # the Celery app loads on first use
 
         try:
-            grade_submission.apply_async(args=[submission_id], queue=queue, task_id=task_id)
+            grade_submission.apply_async(
+                args=[submission_id],
+                # The API request's id, so the worker's log lines of this grading carry it.
+                kwargs={"request_id": current_request_id()},
+                queue=queue,
+                task_id=task_id,
+            )
         except Exception:  # noqa: BLE001 - the row is committed: the reaper sends it later
             log.exception("could not enqueue submission %s; the reaper will", submission_id)
             try:

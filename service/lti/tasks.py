@@ -31,6 +31,7 @@ from service.db.lti import (
 from service.db.submissions import submissions
 from service.lti import ags
 from service.lti.context import map_role
+from service.metrics import count_passback
 from workers.celery_app import app
 from workers.queues import GRADED_TASK
 
@@ -97,6 +98,7 @@ def send(session: Session, passback_id: int) -> tuple[str, float | None]:
                 session, row, PASSBACK_FAILED, exc.status, f"gave up after {row.tries} tries: {exc}"
             )
         session.commit()
+        count_passback("retry")
         return row.status, backoff(row.tries, exc.retry_after)
     except ags.Superseded as exc:
         return _finish(session, row, SUPERSEDED, exc.status, str(exc))
@@ -118,6 +120,7 @@ def _finish(
     if status == PASSBACK_SENT:
         row.sent_at = row.updated_at
     session.commit()
+    count_passback(status)  # sent, superseded or failed (kgrade_grade_passbacks_total)
     return status, None
 
 

@@ -53,7 +53,9 @@ class Recorder:
         self.url = str(db_engine(app).url.render_as_string(hide_password=False))
         self.fail = False
 
-    def __call__(self, args: list[int], queue: str, task_id: str) -> None:
+    def __call__(
+        self, args: list[int], queue: str, task_id: str, kwargs: dict[str, Any] | None = None
+    ) -> None:
         # A fresh engine is another connection: it sees the row only after the commit.
         engine = create_engine(self.url)
         try:
@@ -62,7 +64,7 @@ class Recorder:
         finally:
             engine.dispose()
         self.visible.append(row is not None and row.task_id == task_id)
-        self.calls.append({"args": args, "queue": queue, "task_id": task_id})
+        self.calls.append({"args": args, "queue": queue, "task_id": task_id, "kwargs": kwargs})
         if self.fail:
             raise ConnectionError("broker down")
 
