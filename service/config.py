@@ -22,6 +22,16 @@ Environment variables (all optional):
 ``KGRADE_TASKS_EAGER``
     ``1`` to run the LMS-facing tasks (grade passback, roster) in the web process after each
     commit instead of sending them to the ``lti`` queue (tests; a set-up with no worker).
+``KGRADE_SUBMISSION_RATE``
+    Accepted submissions per student, ``N/SECONDS`` in a moving window (default ``6/60``);
+    instructors are not limited. Beyond it: 429 with ``Retry-After``.
+``KGRADE_SIGNIN_RATE``
+    Failed sign-ins (``/signin``) per client address, ``N/SECONDS`` (default ``10/60``).
+``KGRADE_RATE_LIMIT_STORAGE_URL``
+    Where flask-limiter counts: default ``REDIS_URL`` (shared by every process and pod), or
+    ``memory://`` when there is no Redis (``make run``: one process).
+``KGRADE_RATE_LIMIT_KEY_PREFIX``
+    Prefix of the limiter's Redis keys (default ``KGRADE_REDIS_KEYPREFIX`` + ``kgrade-rl:``).
 """
 
 from __future__ import annotations
@@ -57,6 +67,11 @@ DEFAULTS: dict[str, Any] = {
     "BASE_URL": None,
     "PROXY_FIX": 0,
     "TASKS_EAGER": False,
+    # Rate limits (service.extensions.rate_limits); None: the environment, then the default.
+    "SUBMISSION_RATE": None,
+    "SIGNIN_RATE": None,
+    "RATE_LIMIT_STORAGE_URL": None,
+    "RATE_LIMIT_KEY_PREFIX": None,
     # Largest JSON body flask-smorest accepts is bounded by MAX_CONTENT_LENGTH; these are
     # flask-smorest / apispec settings for the OpenAPI document.
     "API_TITLE": "kgrade",
@@ -106,6 +121,14 @@ def load_config(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         cfg["PROXY_FIX"] = int(env["KGRADE_PROXY_FIX"])
     if env.get("KGRADE_TASKS_EAGER") is not None:
         cfg["TASKS_EAGER"] = _env_bool(env["KGRADE_TASKS_EAGER"])
+    for key in (
+        "SUBMISSION_RATE",
+        "SIGNIN_RATE",
+        "RATE_LIMIT_STORAGE_URL",
+        "RATE_LIMIT_KEY_PREFIX",
+    ):
+        if env.get(f"KGRADE_{key}"):
+            cfg[key] = env[f"KGRADE_{key}"]
     cfg.update(overrides or {})
     cfg["DATABASE_URL"] = normalize_database_url(cfg["DATABASE_URL"] or default_database_url())
     if not cfg["SECRET_KEY"]:

@@ -10,7 +10,10 @@ needs beyond flask-smorest's ``@blp.arguments`` / ``@blp.response``; put it abov
   success; any error (abort, validation failure, unexpected exception) rolls everything back, so
   bad input never changes stored data,
 * for ``idempotent=True``: stores the response under the caller's ``Idempotency-Key`` in the same
-  transaction and replays it for a retry with the same key and body.
+  transaction and replays it for a retry with the same key and body,
+* for ``rate_limit=NAME``: applies that limit of ``service.extensions.rate_limits`` once the caller
+  is authenticated (and after an idempotent replay, which a limit never refuses), and documents
+  the 429 and the configured limit (``x-rate-limit``) in the OpenAPI document.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from service.auth import current_principal, requires
 from service.core.errors import ServiceError
 from service.db import write_intent
 from service.db.attempts import IdempotencyRecord
-from service.extensions import db
+from service.extensions import db, rate_limits
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,9 +72,32 @@ class KgradeParser(FlaskParser):
 
 
 class Blueprint(SmorestBlueprint):
-    """flask-smorest's Blueprint with a JSON parser that never lets bad input become a 500."""
+    """flask-smorest's Blueprint with a JSON parser that never lets bad input become a 500, and
+    each rate-limited operation's limit, as this app configures it, in the OpenAPI document."""
 
     ARGUMENTS_PARSER = KgradeParser()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._prepare_doc_cbks.append(self._prepare_rate_limit_doc)
+
+    @staticmethod
+    def _prepare_rate_limit_doc(
+        doc: dict[str, Any], doc_info: dict[str, Any], *, app: Any, **_kwargs: Any
+    ) -> dict[str, Any]:
+        name = doc_info.get("kgrade_rate_limit")
+        if name is None:
+            return doc
+        limit = rate_limits.describe(name, app.config)
+        doc["x-rate-limit"] = limit
+        for code in (429, "429"):
+            if code in doc.get("responses", {}):
+                doc["responses"][code]["description"] = (
+                    f"Rate limit: at most {limit['limit']} {limit['counts']} per "
+                    f"{limit['window_seconds']} s per {limit['per']} ({limit['setting']}); "
+                    "retry after the `Retry-After` seconds. Nothing was stored."
+                )
+        return doc
 
 
 #: Integer ids are stored in 32-bit signed columns (PostgreSQL ``integer``); a larger number in
@@ -114,6 +140,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     409: "Conflicts with the stored state (already answered, submitted, attempt limit, exists)",
     413: "Request body larger than the configured limit",
     422: "The body, query or header failed validation; `errors` names each field",
+    429: "Rate limit exceeded (see `x-rate-limit`); retry after the `Retry-After` seconds",
     503: "The database (or, for a submission, the grading queue) is unreachable for now (say, "
     "restarting): nothing was changed; retry after the `Retry-After` seconds (or a required "
     "component is not installed)",
@@ -148,17 +175,22 @@ def endpoint(
     errors: Iterable[int] = (),
     write: bool = False,
     idempotent: bool = False,
+    rate_limit: str | None = None,
 ) -> Callable[[F], F]:
     roles = tuple(roles)
 
     def decorator(func: F) -> F:
         f: Callable[..., Any] = _service_errors(func)
+        if rate_limit is not None:
+            f = rate_limits.limited(rate_limit)(f)
         if write or idempotent:
             f = _transactional(f, idempotent=idempotent)
         f = requires(*roles)(f)
         f = blp.doc(security=[{"bearerAuth": []}])(f)
         # Any request may meet the database down (503 with Retry-After, service.api.outage).
         codes = {401, 403, 503, *errors}
+        if rate_limit is not None:
+            codes.add(429)
         if idempotent:
             codes |= {400, 422}
             f = blp.doc(parameters=[IDEMPOTENCY_PARAM])(f)

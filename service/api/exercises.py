@@ -1,6 +1,7 @@
 """Kernel exercises over HTTP: submit a solution for grading, follow its progress, see the
-course's leaderboard. A thin adapter over ``service.core.submissions`` (storage, rate limit,
-queueing after the commit, scoping) and ``workers.exercises`` (the catalogue).
+course's leaderboard. A thin adapter over ``service.core.submissions`` (storage,
+queueing after the commit, scoping) and ``workers.exercises`` (the catalogue); the
+per-student rate limit is ``service.extensions.SUBMISSIONS`` (flask-limiter).
 """
 
 from __future__ import annotations
@@ -243,16 +244,12 @@ class ExerciseSubmissions(MethodView):
         errors=(400, 404, 413, 422),
         write=True,
         idempotent=True,
+        rate_limit="submissions",  # per student, KGRADE_SUBMISSION_RATE; instructors exempt
     )
     @blp.doc(requestBody=file_upload_body(**{"application/json": {"schema": SubmissionJsonSchema}}))
     @blp.response(202, SubmissionCreatedSchema)
     @blp.alt_response(
         415, schema=ErrorSchema, description="Neither multipart/form-data nor application/json"
-    )
-    @blp.alt_response(
-        429,
-        schema=ErrorSchema,
-        description="Per-student submission rate exceeded; see the Retry-After header",
     )
     def post(self, exercise_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
         """Submit a solution for grading
@@ -260,6 +257,8 @@ class ExerciseSubmissions(MethodView):
         The source is a multipart file field `file` or a JSON `source` string: UTF-8, at most
         256 KiB (configurable). Returns 202 at once; grading runs on a worker. Poll
         `GET /api/v1/submissions/{id}` for status, progress and the result.
+        Students are rate limited (accepted submissions per window, `x-rate-limit`; 429 with
+        `Retry-After` beyond it); instructors are not.
         """
         ex = submissions_.exercise(exercise_id)
         source, filename, reference = _read_source(ex)

@@ -4,6 +4,9 @@ The tables are ``workers.store``'s; grading is the Celery task ``workers.tasks.g
 (it takes the submission id), sent only once the transaction holding the row commits. A
 submission belongs to a course: students see their own and their course's leaderboard.
 
+Rate limit: ``service.extensions.SUBMISSIONS`` on the API view (flask-limiter, per student,
+``KGRADE_SUBMISSION_RATE``), checked before anything is stored; only accepted submissions count.
+
 Broker faults (docs/faults.md): with the broker unreachable a submission is refused with 503
 and ``Retry-After`` before anything is stored (no row, no rate-limit slot used). Should the
 send still fail after the commit (the broker went down in between), the row stays ``queued``
@@ -15,10 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, insert, select
@@ -29,7 +31,6 @@ from service.core import assignments as assignments_
 from service.core import grades
 from service.core.errors import ServiceError, forbidden, invalid, not_found
 from service.core.tasks import after_commit
-from service.db import advisory_lock
 from service.db.base import utcnow
 from service.db.courses import Assignment, Membership
 from service.db.submissions import submissions
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 
 #: Largest accepted source, in bytes of UTF-8 (``KGRADE_MAX_SOURCE_BYTES``).
 DEFAULT_MAX_SOURCE_BYTES = 256 * 1024
-#: Per-student submissions per window, "N/SECONDS" (``KGRADE_SUBMISSION_RATE``).
-DEFAULT_RATE = "6/60"
 #: Retry-After of the 503 sent while the broker is unreachable (``KGRADE_BROKER_RETRY_AFTER_S``).
 DEFAULT_BROKER_RETRY_AFTER_S = 30
 
@@ -59,12 +58,6 @@ def max_source_bytes(config: dict[str, Any]) -> int:
     return int(
         setting(config, "MAX_SOURCE_BYTES", "KGRADE_MAX_SOURCE_BYTES", DEFAULT_MAX_SOURCE_BYTES)
     )
-
-
-def rate(config: dict[str, Any]) -> tuple[int, int]:
-    raw = str(setting(config, "SUBMISSION_RATE", "KGRADE_SUBMISSION_RATE", DEFAULT_RATE))
-    count, _, seconds = raw.partition("/")
-    return int(count), int(seconds or 60)
 
 
 def grade_device(config: dict[str, Any]) -> str:
@@ -103,33 +96,6 @@ def clean_filename(filename: str | None) -> str | None:
     return os.path.basename(filename.replace("\\", "/"))[:255] or None
 
 
-def check_rate(session: Session, actor: Principal, config: dict[str, Any]) -> None:
-    """Per-student limit over a sliding window, counted in the DB (shared by all processes).
-
-    Instructors are not limited (they grade references and known solutions).
-    """
-    if actor.is_instructor:
-        return
-    limit, window = rate(config)
-    # Serialise this student's concurrent posts so two cannot both pass the count.
-    advisory_lock(session, f"submit:{actor.user_id}")
-    since = utcnow() - timedelta(seconds=window)
-    t = submissions
-    count, oldest = session.execute(
-        select(func.count(), func.min(t.c.created_at)).where(
-            t.c.user_id == actor.user_id, t.c.created_at > since
-        )
-    ).one()
-    if count >= limit:
-        oldest = as_utc(oldest) or utcnow()
-        retry = max(1, math.ceil((oldest + timedelta(seconds=window) - utcnow()).total_seconds()))
-        raise ServiceError(
-            429,
-            f"rate limit: at most {limit} submissions per {window} s; retry in {retry} s",
-            headers={"Retry-After": str(retry)},
-        )
-
-
 def create(
     session: Session,
     actor: Principal,
@@ -147,7 +113,8 @@ def create(
     if assignment is not None and assignment.resource_id != ex.id:
         raise invalid("form", "assignment", "this assignment is for another exercise")
     assignments_.check_open(assignment, actor, "submissions")
-    check_rate(session, actor, config)
+    # The per-student rate limit is the view's (service.extensions.SUBMISSIONS, flask-limiter):
+    # a refused submission never gets here, so nothing of it is stored.
     return _insert(session, actor, ex, source, filename, config, reference, assignment)
 
 

@@ -11,7 +11,7 @@ from service.auth import authenticate
 from service.core import assignments, grades
 from service.db import write_intent
 from service.db.courses import EXERCISE, QUIZ, Course
-from service.extensions import db
+from service.extensions import db, rate_limits
 from service.web import session as web_session
 from service.web.guard import actor, error_page, page, render, same_origin
 from service.web.pages import bp
@@ -41,6 +41,7 @@ def signin_page(next_url: str, error: str | None = None, status: int = 200) -> R
 
 
 @bp.route("/signin", methods=["GET", "POST"])
+@rate_limits.limited("signin")  # failed sign-ins per address (KGRADE_SIGNIN_RATE); 429 is a page
 def signin() -> Response:
     """Stand-alone sign-in with an API token (``kgrade token create``)."""
     next_url = _local_path(request.values.get("next"), url_for("web.home"))

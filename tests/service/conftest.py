@@ -183,13 +183,14 @@ def app(backend: str, _apps: dict[str, Flask]) -> Iterator[Flask]:
     if app is None:
         app = create_app({"DATABASE_URL": backend, "IMPORT_BANK": False, "TESTING": True})
         _apps[backend] = app
-    from service.extensions import db
+    from service.extensions import db, rate_limits
 
     with app.app_context(), write_intent():
         sess = db.session
         for table in reversed(Base.metadata.sorted_tables):
             sess.execute(delete(table))
         sess.commit()
+    rate_limits.reset(app)  # the app outlives the test: so would its rate-limit counts
     yield app
 
 
