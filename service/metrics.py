@@ -47,6 +47,9 @@ from workers.queues import QUEUES
 
 log = logging.getLogger(__name__)
 
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # prometheus_client writes there, never makes it
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
 METRICS_TOKEN_ENV = "KGRADE_METRICS_TOKEN"
 #: Seconds Redis may take to answer the scrape's queue lengths before they are left out.
 REDIS_TIMEOUT_S = 2.0

@@ -42,6 +42,8 @@ def multiproc_dir_for_worker() -> None:
 
 
 multiproc_dir_for_worker()
+if os.environ.get(MULTIPROC_ENV):  # prometheus_client writes there but never makes it
+    Path(os.environ[MULTIPROC_ENV]).mkdir(parents=True, exist_ok=True)
 
 from prometheus_client import (  # noqa: E402 - after the multiprocess directory is chosen
     CollectorRegistry,

@@ -12,6 +12,10 @@ class below instead of gunicorn's HTML page.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 #: The gthread worker (what ``--threads`` > 1 selects) with JSON error pages.
 worker_class = "service.cli.gunicorn_worker.JsonErrorWorker"
 
@@ -22,3 +26,13 @@ limit_request_line = 8190
 #: Bytes in one header line. Long enough for any header the API reads to reach it and be
 #: refused by name; beyond this the worker answers a JSON 431.
 limit_request_field_size = 32768
+
+
+def on_starting(server: Any) -> None:
+    """In the master, before any worker: empty ``PROMETHEUS_MULTIPROC_DIR`` (made if missing),
+    so counts of an earlier run are not added to this one's (service/metrics.py)."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        for stale in Path(folder).glob("*.db"):
+            stale.unlink(missing_ok=True)
