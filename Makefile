@@ -15,7 +15,7 @@ VENDOR := service/static/vendor
 NPM_STAMP := $(FRONTEND)/node_modules/.kgrade-npm
 ASSETS_STAMP := $(VENDOR)/.built
 
-.PHONY: help install assets run test services stop-services lint format clean
+.PHONY: help install assets run test services stop-services lint format clean deploy-check
 
 help:
 	@echo "make run    set up, migrate and serve kgrade on http://$(HOST):$(PORT) (SQLite)"
@@ -67,6 +67,12 @@ lint: install
 test: install services lint
 	set -a; source $(TEST_ENV); set +a; \
 	KGRADE_REQUIRE_SERVICES=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The compose stack for real: build the image, bring up API, migrate, Redis, PostgreSQL and a CPU
+# worker, smoke-test them, tear down. Needs a Docker engine; not part of `make test` (minutes).
+# docs/deploy-check.md records a run.
+deploy-check: install
+	deploy/check/run.sh
 
 format: install
 	$(BIN)/ruff format .
