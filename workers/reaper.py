@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, and_, func, or_, select, update
+from sqlalchemy import Engine, and_, func, select, update
 
-from workers.store import DONE, QUEUED, RUNNING, submissions_table, utcnow
+from workers.store import QUEUED, RUNNING, SubmissionStore, submissions_table, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -64,26 +64,7 @@ def claim(engine: Engine, submission_id: int, task_id: str | None) -> int | None
     """Start an attempt for message ``task_id``; its attempt number, or None when the
     submission is final, gone, or now belongs to another message (the reaper replaced this
     one). A row without a task id (made outside the API) accepts any message."""
-    t = submissions_table
-    fence = or_(t.c.task_id.is_(None), t.c.task_id == task_id) if task_id else True
-    now = utcnow()
-    with engine.begin() as conn:
-        changed = conn.execute(
-            update(t)
-            .where(t.c.id == submission_id, t.c.status != DONE, fence)
-            .values(
-                attempts=t.c.attempts + 1,
-                status=RUNNING,
-                started_at=now,
-                heartbeat_at=now,
-                progress_phase="starting",
-                progress_done=0,
-                progress_total=None,
-            )
-        ).rowcount
-        if not changed:
-            return None
-        return int(conn.execute(select(t.c.attempts).where(t.c.id == submission_id)).scalar_one())
+    return SubmissionStore(engine=engine).start_attempt(submission_id, task_id)
 
 
 def owner(engine: Engine, submission_id: int) -> str | None:

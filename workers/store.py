@@ -39,7 +39,9 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.engine import make_url
@@ -228,20 +230,27 @@ class SubmissionStore:
             assignment_id=row["assignment_id"],
         )
 
-    def start_attempt(self, submission_id: int) -> int | None:
+    def start_attempt(self, submission_id: int, task_id: str | None = None) -> int | None:
         """Count one more delivery that starts grading; its attempt number (1-based), or None
-        when the submission is already final (or gone).
+        when the submission is already final (or gone), or, with ``task_id``, now belongs to
+        another message (the stuck-job reaper replaced this one). A row without a task id
+        (made outside the API) accepts any message.
 
         One UPDATE increments in the database, so two deliveries racing each get their own
         number (the write lock is taken by the UPDATE, before the read).
         """
         t = submissions_table
+        fence = or_(t.c.task_id.is_(None), t.c.task_id == task_id) if task_id else true()
+        now = utcnow()
         with self.engine.begin() as conn:
             changed = conn.execute(
-                _unless_final(submission_id).values(
+                _unless_final(submission_id)
+                .where(fence)
+                .values(
                     attempts=t.c.attempts + 1,
                     status=RUNNING,
-                    started_at=utcnow(),
+                    started_at=now,
+                    heartbeat_at=now,
                     progress_phase="starting",
                     progress_done=0,
                     progress_total=None,
