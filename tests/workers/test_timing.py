@@ -67,6 +67,19 @@ def test_the_parent_clock_bounds_the_reported_time() -> None:
     assert timing.unexplained_wall_ms([1.5] * 20, [6.5] * 20, 0.35, "cpu") is not None
 
 
+def test_slow_reply_is_work_on_most_calls_not_a_few_stalls() -> None:
+    # a first batch of ten calls on a busy host: half of them stalled (a collector pass, a
+    # thread pool's straggler) lift the median, not the lower quartile
+    stalled = [4.8, 5.1, 4.9, 38.0, 16.5, 17.2, 5.0, 16.1, 21.0, 16.4]
+    assert timing.slow_reply_ms(stalled, 4.68, "cpu") is None
+    # work moved past the window is there on every call
+    extra = timing.slow_reply_ms([x + 12.0 for x in stalled], 4.68, "cpu")
+    assert extra is not None and extra > 11.0
+    assert timing.slow_reply_ms([0.9] * 10, 0.2, "cuda") is not None  # 0.7 ms > 0.25 + 0.15
+    assert timing.slow_reply_ms([0.3] * 10, 0.2, "cuda") is None
+    assert timing.slow_reply_ms([50.0] * 4, 0.2, "cuda") is None  # too few calls to judge
+
+
 def test_output_digest_sees_every_word() -> None:
     import torch
 
