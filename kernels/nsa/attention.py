@@ -89,6 +89,21 @@ def _split_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, (x - hi.float()).half()
 
 
+def _check_forward_only(**tensors: torch.Tensor | None) -> None:
+    """The kernels have no backward yet: an output without a graph would train nothing without
+    a word (the loss would not reach q, k, v or the gates), so a request for gradients is an
+    error that says what to do instead."""
+    if not torch.is_grad_enabled():
+        return
+    wanted = [n for n, t in tensors.items() if t is not None and t.requires_grad]
+    if wanted:
+        raise NotImplementedError(
+            f"nsa_attention is forward-only, but {', '.join(wanted)} require grad: run it under "
+            "torch.no_grad() / torch.inference_mode() (or .detach() the inputs) for inference; "
+            "for gradients use kernels.nsa.naive.nsa_attention_naive (plain PyTorch, autograd)"
+        )
+
+
 def nsa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -105,8 +120,9 @@ def nsa_attention(
 
     q [B,T,Hq,Dk], k [B,T,Hkv,Dk], v [B,T,Hkv,Dv], gates [B,T,Hq,3] in [0,1] (cmp, slc, win).
     Returns out [B,T,Hq,Dv] in q.dtype, or (out, NSAAux) with return_aux=True.
-    Forward only: no autograd support yet.
+    Forward only: asking for gradients raises (see ``_check_forward_only``).
     """
+    _check_forward_only(q=q, k=k, v=v, gates=gates, k_cmp=k_cmp, v_cmp=v_cmp)
     dims = check_nsa_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
     cfg = config
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))

@@ -144,3 +144,27 @@ def test_random_inputs_index_agreement_bf16() -> None:
     _, ref_aux = reference(q, k, v, gates, MID)
     same = (aux.block_indices == ref_aux.block_indices).all(-1).float().mean().item()
     assert same >= 0.999
+
+
+def test_asking_for_gradients_is_a_clear_error() -> None:
+    from kernels.nsa.naive import nsa_attention_naive
+
+    torch.manual_seed(0)
+    cfg = NSAConfig()
+    q = torch.randn(1, 64, 4, 32, requires_grad=True)
+    k, v = torch.randn(1, 64, 2, 32), torch.randn(1, 64, 2, 32)
+    gates = torch.rand(1, 64, 4, 3)
+    with pytest.raises(NotImplementedError, match=r"forward-only.*\bq\b.*nsa_attention_naive"):
+        nsa_attention(q, k, v, gates, cfg)
+    gates.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="q, gates require grad"):
+        nsa_attention(q, k, v, gates, cfg)
+    with torch.no_grad():  # inference on the same tensors is fine, and matches the reference
+        out = nsa_attention(q, k, v, gates, cfg)
+        ref = nsa_attention_naive(q, k, v, gates, cfg)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=2e-5)
+    out = nsa_attention(q.detach(), k, v, gates.detach(), cfg)
+    assert not out.requires_grad
+    # the reference trains: gradients reach q and the gates
+    nsa_attention_naive(q, k, v, gates, cfg).sum().backward()
+    assert q.grad is not None and gates.grad is not None
