@@ -14,6 +14,7 @@ import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -52,6 +53,17 @@ def _cache_put(key: tuple[str, int, str], quiz: Quiz) -> None:
         _CACHE.popitem(last=False)
 
 
+#: session.info key: the quiz rows' versions a query of the current transaction already read
+_SEEN = "kgrade.quiz_versions"
+
+
+def note_version(session: Session, quiz_id: str, revision: int, updated_at: datetime) -> None:
+    """What a query of this transaction read of quiz ``quiz_id``'s row beside something else
+    (an attempt joined to its quiz): ``get_quiz`` then knows whether its cached copy is current
+    without a query of its own, in this transaction only."""
+    session.info.setdefault(_SEEN, {})[quiz_id] = (session.get_transaction(), revision, updated_at)
+
+
 def _content(data: dict[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, ensure_ascii=False)
 
@@ -77,13 +89,18 @@ def get_quiz(session: Session, quiz_id: str, *, for_update: bool = False) -> Qui
         # Not a possible id: answer without a query (PostgreSQL rejects NUL bytes in text with
         # an error, which must stay a 404 and not become a 500).
         raise QuizNotFound(quiz_id)
-    stmt = select(QuizRecord.revision, QuizRecord.updated_at).where(QuizRecord.id == quiz_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = session.execute(stmt).first()
-    if row is None:
-        raise QuizNotFound(quiz_id)
-    key = (quiz_id, row.revision, row.updated_at.isoformat())
+    seen = None if for_update else session.info.get(_SEEN, {}).get(quiz_id)
+    if seen is not None and seen[0] is not None and seen[0] is session.get_transaction():
+        revision, updated_at = seen[1], seen[2]
+    else:
+        stmt = select(QuizRecord.revision, QuizRecord.updated_at).where(QuizRecord.id == quiz_id)
+        if for_update:
+            stmt = stmt.with_for_update()
+        row = session.execute(stmt).first()
+        if row is None:
+            raise QuizNotFound(quiz_id)
+        revision, updated_at = row.revision, row.updated_at
+    key = (quiz_id, revision, updated_at.isoformat())
     cached = _CACHE.get(key)
     if cached is not None:
         return cached

@@ -186,6 +186,8 @@ def endpoint(
         if write or idempotent:
             f = _transactional(f, idempotent=idempotent)
         f = requires(*roles)(f)
+        if write or idempotent:
+            f = _write_first(f)
         f = blp.doc(security=[{"bearerAuth": []}])(f)
         # Any request may meet the database down (503 with Retry-After, service.api.outage).
         codes = {401, 403, 503, *errors}
@@ -284,6 +286,23 @@ def _replay(session: Session, token_id: int, key: str, req_hash: str) -> Respons
     return resp
 
 
+def _write_first(func: Callable[..., Any]) -> Callable[..., Any]:
+    """A write request is one transaction from its token lookup to its commit, begun with the
+    intent to write (SQLite's write lock up front, see service.db.write_intent): a read
+    transaction for the token, then another for the work, cost a round trip and a BEGIN more
+    on every request (the quiz flow is mostly writes)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = db.session
+        if session.in_transaction():  # begun without the intent (a hook read something)
+            session.rollback()
+        with write_intent():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
 def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..., Any]:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -291,10 +310,7 @@ def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..
         key = _idempotency_key() if idempotent else None
         token_id = current_principal().token_id
         req_hash = _request_hash() if key is not None else ""
-        with write_intent():
-            # End the read transaction the token lookup opened, so the next one starts with the
-            # write lock on SQLite (see service.db.write_intent).
-            session.rollback()
+        with write_intent():  # already set by _write_first; kept for callers without it
             if key is not None:
                 replay = _replay(session, token_id, key, req_hash)
                 if replay is not None:

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload, selectinload
+from sqlalchemy.orm.attributes import set_committed_value
 
 from item_bank.model import Quiz
 from service import grading, quizzes_store
@@ -27,6 +28,7 @@ from service.db import advisory_lock
 from service.db.attempts import IN_PROGRESS, SUBMITTED, Attempt, ResponseRecord
 from service.db.base import utcnow
 from service.db.courses import Assignment
+from service.db.quizzes import QuizRecord
 
 _ATTEMPT_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -113,8 +115,32 @@ def start(
     )
     session.add(attempt)
     session.flush()
-    attempt.responses = []
+    # a new attempt has no responses: say so without the query a plain assignment would make
+    set_committed_value(attempt, "responses", [])
     return attempt, quiz
+
+
+def _load(session: Session, attempt_id: str, lock: bool) -> Attempt | None:
+    """The attempt with its responses and its quiz row's version: every use of an attempt needs
+    its quiz next (``load_quiz`` then answers from its cache without a query of its own)."""
+    stmt = (
+        select(Attempt, QuizRecord.revision, QuizRecord.updated_at)
+        .join(QuizRecord, QuizRecord.id == Attempt.quiz_id)
+        .where(Attempt.id == attempt_id)
+    )
+    if lock:
+        # The responses in a second statement, once the row lock is held: joined into the
+        # locking one, PostgreSQL would return them as of before the wait, without the answer
+        # the request it waited for just committed.
+        stmt = stmt.with_for_update(of=Attempt).options(selectinload(Attempt.responses))
+    else:
+        stmt = stmt.options(joinedload(Attempt.responses))
+    row = session.execute(stmt).unique().first()
+    if row is None:
+        return None
+    attempt, revision, updated_at = row
+    quizzes_store.note_version(session, attempt.quiz_id, revision, updated_at)
+    return attempt
 
 
 def get(session: Session, actor: Principal, attempt_id: str, *, lock: bool = False) -> Attempt:
@@ -125,11 +151,7 @@ def get(session: Session, actor: Principal, attempt_id: str, *, lock: bool = Fal
     """
     # Attempt ids are uuid4 hex; anything else cannot exist (and a NUL byte would make
     # PostgreSQL fail the query instead of finding nothing).
-    attempt = (
-        session.get(Attempt, attempt_id, with_for_update=lock)
-        if _ATTEMPT_ID.match(attempt_id)
-        else None
-    )
+    attempt = _load(session, attempt_id, lock) if _ATTEMPT_ID.match(attempt_id) else None
     if attempt is None or attempt.course_id != actor.course_id:
         raise not_found("attempt_id", f"unknown attempt {attempt_id!r}")
     if not actor.is_instructor and attempt.user_id != actor.user_id:
@@ -174,11 +196,8 @@ def answer(
         scored = grading.score_item(item, chosen)
     except grading.AnswerError as exc:
         raise invalid("json", "answer", str(exc)) from None
-    existing = session.execute(
-        select(ResponseRecord).where(
-            ResponseRecord.attempt_id == attempt.id, ResponseRecord.item_id == item.id
-        )
-    ).scalar_one_or_none()
+    # the attempt's responses are loaded with it (and it is locked): no query to look
+    existing = next((r for r in attempt.responses if r.item_id == item.id), None)
     if existing is not None:
         if not quiz.settings.allow_reanswer:
             raise conflict(f"item {item.id!r} is already answered in this attempt")

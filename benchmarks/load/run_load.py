@@ -1,0 +1,280 @@
+"""Quiz traffic under load: kgrade's API under gunicorn against a bare Flask app, side by side.
+
+    .venv/bin/pip install locust          # the load generator (not a project dependency)
+    .venv/bin/python benchmarks/load/run_load.py                 # SQLite, then PostgreSQL
+    .venv/bin/python benchmarks/load/run_load.py --db sqlite --seconds 20
+
+For each database it builds a fresh one (migrated, item bank imported, students with tokens),
+starts the API with ``kgrade serve``'s own gunicorn command line (same config, worker class,
+workers and threads), drives it with headless Locust (``locustfile.py``: start, 8 answers,
+submit), then does the same against ``bare_app.py`` under the same gunicorn command, and prints
+one table: requests/s, attempts/s, p50/p95/p99 and failures, and kgrade's share of the bare
+app's rate. Client and server share this machine, as they did when the issue was measured.
+
+PostgreSQL: ``--postgres-url`` (default: ``$KGRADE_TEST_DATABASE_URL``, what ``make services``
+starts); the run creates and drops its own database ``kgrade_load`` on that server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+# the code under test: this checkout, or the --before worktree in the --prepare child
+sys.path.insert(0, os.environ.get("KGRADE_LOAD_ROOT", str(ROOT)))
+
+LOAD_DB = "kgrade_load"
+
+
+@dataclass
+class Row:
+    target: str
+    rps: float
+    attempts_s: float
+    p50: float
+    p95: float
+    p99: float
+    requests: int
+    failures: int
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fresh_postgres(url: str) -> str:
+    """A new empty database ``kgrade_load`` on the server of ``url``; its URL."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    admin = u.set(drivername="postgresql", database="postgres").render_as_string(
+        hide_password=False
+    )
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {LOAD_DB}")
+    return u.set(database=LOAD_DB).render_as_string(hide_password=False)
+
+
+def drop_postgres(url: str) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url).set(drivername="postgresql", database="postgres")
+    with psycopg.connect(u.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
+
+
+def prepare(url: str, students: int, tokens_file: Path) -> None:
+    """Migrate, import the item bank, and give ``students`` students a token each."""
+    from sqlalchemy.orm import Session
+
+    from service.auth import create_token
+    from service.cli.db import upgrade_and_import
+    from service.db import load_models, make_engine, write_intent
+
+    upgrade_and_import(url)
+    load_models()
+    engine = make_engine(url)
+    tokens = []
+    try:
+        with write_intent(), Session(engine) as session:
+            for i in range(students):
+                _, plaintext = create_token(session, role="student", name=f"load-student-{i}")
+                tokens.append(plaintext)
+            session.commit()
+    finally:
+        engine.dispose()
+    tokens_file.write_text("\n".join(tokens) + "\n")
+
+
+@contextlib.contextmanager
+def gunicorn(
+    app: str, port: int, env: dict[str, str], args: argparse.Namespace, cwd: Path = ROOT
+) -> Iterator[None]:
+    """``kgrade serve``'s gunicorn command line for ``app`` (its access log kept: it is part of
+    the cost of a request in production)."""
+    from service.cli.serve import gunicorn_argv
+
+    argv = gunicorn_argv("127.0.0.1", port, args.workers, args.threads, 60)
+    argv[-1] = app
+    log = open(args.out / f"gunicorn-{port}.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"gunicorn for {app} exited; see {log.name}")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except urllib.error.HTTPError:
+                break  # any HTTP answer: it is listening
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"gunicorn for {app} did not start; see {log.name}") from None
+                time.sleep(0.2)
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) -> Row:
+    prefix = args.out / name
+
+    def cmd(seconds: int, csv_prefix: str) -> list[str]:
+        return [
+            str(Path(sys.executable).with_name("locust")),
+            *("-f", str(HERE / "locustfile.py"), "--headless", "--only-summary"),
+            *("-u", str(args.users), "-r", str(args.users), "-t", f"{seconds}s"),
+            *("--host", f"http://127.0.0.1:{port}", "--csv", csv_prefix, "--loglevel", "WARNING"),
+        ]
+
+    # a warm-up first (caches, connection pools, lazy imports), not counted
+    subprocess.run(cmd(args.warmup, f"{prefix}-warmup"), env=env, cwd=ROOT, capture_output=True)
+    out = subprocess.run(cmd(args.seconds, str(prefix)), env=env, cwd=ROOT, capture_output=True)
+    (args.out / f"{name}-locust.log").write_bytes(out.stdout + out.stderr)
+    with open(f"{prefix}_stats.csv") as f:
+        rows = {r["Name"]: r for r in csv.DictReader(f)}
+    agg, submit = rows["Aggregated"], rows.get("submit") or {}
+    return Row(
+        target=name,
+        rps=float(agg["Requests/s"]),
+        attempts_s=float(submit.get("Requests/s") or 0.0),
+        p50=float(agg["50%"]),
+        p95=float(agg["95%"]),
+        p99=float(agg["99%"]),
+        requests=int(agg["Request Count"]),
+        failures=int(agg["Failure Count"]),
+    )
+
+
+def run_kgrade(db: str, args: argparse.Namespace, root: Path = ROOT, label: str = "") -> Row:
+    """kgrade on ``db``, its code from ``root`` (this checkout, or a worktree of ``--before``)."""
+    name = f"kgrade-{db}{label}"
+    if db == "sqlite":
+        url = f"sqlite:///{args.out / f'{name}.sqlite3'}"
+        Path(args.out / f"{name}.sqlite3").unlink(missing_ok=True)
+    else:
+        if not args.postgres_url:
+            raise SystemExit("--db postgres needs --postgres-url or $KGRADE_TEST_DATABASE_URL")
+        url = fresh_postgres(args.postgres_url)
+    tokens = args.out / f"tokens-{name}.txt"
+    code = dict(os.environ, PYTHONPATH=str(root), KGRADE_LOAD_ROOT=str(root))
+    subprocess.run(
+        [sys.executable, __file__, "--prepare", url, str(args.students), str(tokens)],
+        env=code,
+        cwd=root,
+        check=True,
+    )
+    env = dict(code, DATABASE_URL=url, KGRADE_IMPORT_BANK="0")
+    env.pop("REDIS_URL", None)
+    if args.redis_url:
+        env["REDIS_URL"] = args.redis_url  # the limiter's storage, as deployed
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(args.out / f"prom-{db}")
+    env["KGRADE_LOAD_TOKENS"] = str(tokens)
+    port = free_port()
+    try:
+        with gunicorn("service:create_app()", port, env, args, cwd=root):
+            return locust(port, name, env, args)
+    finally:
+        if db == "postgres":
+            drop_postgres(args.postgres_url)
+
+
+def run_bare(args: argparse.Namespace) -> Row:
+    tokens = args.out / "tokens-bare.txt"
+    tokens.write_text("kgr_bare\n")
+    env = dict(os.environ, KGRADE_LOAD_TOKENS=str(tokens), PYTHONPATH=str(HERE))
+    port = free_port()
+    with gunicorn("bare_app:create_app()", port, env, args):
+        return locust(port, "bare-flask", env, args)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--db", action="append", choices=["sqlite", "postgres"])
+    p.add_argument("--postgres-url", default=os.environ.get("KGRADE_TEST_DATABASE_URL"))
+    p.add_argument("--redis-url", default=os.environ.get("KGRADE_TEST_REDIS_URL"))
+    p.add_argument("--users", type=int, default=32, help="concurrent Locust users")
+    p.add_argument("--seconds", type=int, default=30, help="measured run per target")
+    p.add_argument("--warmup", type=int, default=5, help="unmeasured run before each")
+    p.add_argument("--students", type=int, default=2000)
+    p.add_argument("--workers", type=int, default=min(4, (os.cpu_count() or 1) + 1))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=None, help="folder for CSVs and logs")
+    p.add_argument(
+        "--before",
+        metavar="REF",
+        help="also measure kgrade at git REF (a worktree), in the same run, for before/after",
+    )
+    p.add_argument(
+        "--prepare", nargs=3, metavar=("URL", "STUDENTS", "FILE"), help=argparse.SUPPRESS
+    )
+    args = p.parse_args()
+    if args.prepare:  # the child that sets a database up with the code under test
+        url, students, file = args.prepare
+        prepare(url, int(students), Path(file))
+        return
+    args.db = args.db or (["sqlite", "postgres"] if args.postgres_url else ["sqlite"])
+    args.out = args.out or Path(tempfile.mkdtemp(prefix="kgrade-load-"))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    rows = []
+    if args.before:
+        tree = args.out / "before"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            rows += [run_kgrade(db, args, tree, f" @{args.before}") for db in args.db]
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
+            )
+    rows += [run_kgrade(db, args) for db in args.db]
+    bare = run_bare(args)
+    rows.append(bare)
+    print(
+        f"\n{args.users} users, {args.seconds} s each, gunicorn {args.workers} workers x "
+        f"{args.threads} threads, {os.cpu_count()} CPUs (client included); logs in {args.out}\n"
+    )
+    print(
+        "| target | requests/s | attempts/s | p50 ms | p95 ms | p99 ms | requests | failures "
+        "| of bare Flask |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r.target} | {r.rps:.0f} | {r.attempts_s:.1f} | {r.p50:.0f} | {r.p95:.0f} | "
+            f"{r.p99:.0f} | {r.requests} | {r.failures} | {r.rps / bare.rps:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
