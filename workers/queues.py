@@ -2,7 +2,8 @@
 CLI use this without creating a Celery app).
 
 One worker process per GPU (``-c 1``) consumes ``gpu``; a worker holding two GPUs consumes
-``gpu-x2`` (two-rank exercises such as ring attention); CPU workers consume ``cpu``.
+``gpu-x2`` (two-rank exercises such as ring attention), one holding four ``gpu-x4`` (four-rank
+ones: ``ring-attention-x4``); CPU workers consume ``cpu``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import sys
 QUEUE_CPU = "cpu"
 QUEUE_GPU = "gpu"
 QUEUE_GPU_X2 = "gpu-x2"
-QUEUES: tuple[str, ...] = (QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2)
-#: Housekeeping (the stuck-job reaper, sent by Celery beat): every grading worker consumes it
-#: beside its hardware queue, so whichever is free runs it; the message expires if none is.
+QUEUE_GPU_X4 = "gpu-x4"
+QUEUES: tuple[str, ...] = (QUEUE_CPU, QUEUE_GPU, QUEUE_GPU_X2, QUEUE_GPU_X4)
+#: The GPU queues by the GPUs a job of theirs holds (one rank per GPU).
+GPU_QUEUES: dict[int, str] = {1: QUEUE_GPU, 2: QUEUE_GPU_X2, 4: QUEUE_GPU_X4}
+#: Housekeeping (the stuck-job reaper, sent by Celery beat): consumed by the one process that
+#: also runs beat (compose's ``maint``, Kubernetes' ``kgrade-maint``, ``make run``'s embedded
+#: worker), never behind a grading; the message expires if nobody takes it in time.
 QUEUE_MAINT = "maint"
 
 #: The LMS-facing queue (grade passback, roster sync), consumed by a worker of the service's
@@ -32,16 +37,16 @@ def queue_for(device: str, gpus: int = 1) -> str:
         return QUEUE_CPU
     if device != "cuda":
         raise ValueError(f"unknown device {device!r}")
-    if gpus <= 1:
-        return QUEUE_GPU
-    if gpus == 2:
-        return QUEUE_GPU_X2
-    raise ValueError(f"no queue for {gpus} GPUs")
+    try:
+        return GPU_QUEUES[max(1, gpus)]
+    except KeyError:
+        # No rounding up: a 3-rank job on a 4-GPU worker would leave one GPU idle unseen.
+        raise ValueError(f"no queue for {gpus} GPUs (known: {sorted(GPU_QUEUES)})") from None
 
 
 def device_for_queue(queue: str | None) -> str:
     """The device a message on ``queue`` is graded on (unknown queues count as CPU)."""
-    return "cuda" if queue in (QUEUE_GPU, QUEUE_GPU_X2) else "cpu"
+    return "cuda" if queue in GPU_QUEUES.values() else "cpu"
 
 
 def lti_worker_argv(name: str) -> list[str]:

@@ -23,7 +23,12 @@ from workers.celery_app import HARD_TIME_LIMIT_S
 K8S_VERSIONS = ("1.33.0", "1.37.0")
 #: Objects of CRDs, validated elsewhere against their own schema (tests/deploy/test_keda.py).
 CRD_GROUPS = ("keda.sh/",)
-GRADING_WORKERS = ("kgrade-worker-cpu", "kgrade-worker-gpu", "kgrade-worker-gpu-x2")
+GRADING_WORKERS = (
+    "kgrade-worker-cpu",
+    "kgrade-worker-gpu",
+    "kgrade-worker-gpu-x2",
+    "kgrade-worker-gpu-x4",
+)
 
 
 def _core_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:

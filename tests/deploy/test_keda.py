@@ -35,7 +35,7 @@ REDIS_SCALER_KEYS = {
     "activationListLength",
 }
 #: GPUs in the pool the example is sized for (deploy/k8s/keda/kustomization.yaml, README).
-GPU_POOL = 8
+GPU_POOL = 12
 
 
 def _strict(schema: Any) -> Any:
@@ -76,7 +76,7 @@ def test_scaled_objects_match_kedas_crd(
     objects: list[dict[str, Any]], validator: jsonschema.Draft7Validator
 ) -> None:
     scaled = _scaled(objects)
-    assert len(scaled) == 3
+    assert len(scaled) == len(QUEUES)
     for doc in scaled:
         assert doc["apiVersion"] == "keda.sh/v1alpha1"
         errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(doc)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +11,22 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_build import K8S, KEDA, build, listed_files
-from workers.celery_app import QUEUE_GPU, QUEUE_GPU_X2, QUEUES
-from workers.queues import QUEUE_LTI
+from workers.celery_app import QUEUE_GPU, QUEUES
+from workers.queues import QUEUE_LTI, QUEUE_MAINT
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-GPUS_PER_QUEUE = {QUEUE_GPU: 1, QUEUE_GPU_X2: 2}
+
+
+def _gpus_per_worker(queue: str) -> int:
+    """GPUs one worker process of ``queue`` holds: ``gpu`` one, ``gpu-xN`` N, the rest none."""
+    if queue == QUEUE_GPU:
+        return 1
+    group = re.fullmatch(r"gpu-x(\d+)", queue)
+    return int(group.group(1)) if group else 0
+
+
+GPUS_PER_QUEUE = {q: _gpus_per_worker(q) for q in QUEUES if _gpus_per_worker(q)}
 
 
 def _flag(cmd: list[str], *names: str) -> str | None:
@@ -60,11 +72,19 @@ def _check_lti_worker(cmd: list[str]) -> None:
     assert int(_flag(cmd, "-c", "--concurrency") or 0) >= 1
 
 
+def _is_maint_worker(cmd: list[str]) -> bool:
+    """The housekeeping worker: beat and the maint queue, no hardware queue."""
+    return (_flag(cmd, "-Q", "--queues") or "").split(",") == [QUEUE_MAINT]
+
+
 def _workers(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The grading workers (not the LMS one, not the maint one)."""
     return {
         name: svc
         for name, svc in compose["services"].items()
-        if "worker" in (svc.get("command") or []) and not _is_lti_worker(svc["command"])
+        if "worker" in (svc.get("command") or [])
+        and not _is_lti_worker(svc["command"])
+        and not _is_maint_worker(svc["command"])
     }
 
 
@@ -89,7 +109,7 @@ def test_compose_and_k8s_run_the_lti_worker(
 
 def test_compose_has_every_role(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("api", "redis", "postgres", "migrate", "worker-cpu"):
+    for name in ("api", "redis", "postgres", "migrate", "worker-cpu", "maint"):
         assert name in services, name
     assert "noeviction" in services["redis"]["command"]
     assert "service:create_app()" in services["api"]["command"]
@@ -117,12 +137,71 @@ def test_compose_workers_cover_queues_with_one_process_per_gpu(compose: dict[str
             taken.update(gpu_ids)
             # Inside the container its GPUs are numbered from 0.
             assert svc["environment"]["KGRADE_GPUS"].split(",") == [str(i) for i in range(want)]
-            assert svc.get("profiles") == ["gpu"]
+            # GPU workers start only with a GPU profile (`--profile gpu`, `--profile gpu-x4`)
+            assert svc.get("profiles") and all(p.startswith("gpu") for p in svc["profiles"])
             # the host's GPU workers take turns for timed loops through one shared lock file
             lock = Path(svc["environment"]["KGRADE_TIMING_LOCK"])
             mounts = {v.split(":")[1]: v.split(":")[0] for v in svc.get("volumes", [])}
             assert mounts.get(str(lock.parent)) in compose["volumes"], name
     assert consumed == set(QUEUES)
+
+
+def test_compose_runs_one_beat_with_the_k8s_maint_command(compose: dict[str, Any]) -> None:
+    # The stuck-job reaper (docs/faults.md) is sent by beat: exactly one, on a worker of its own
+    # that is the maint queue's only consumer, started by a plain `up` (no profile).
+    services = compose["services"]
+    commands = {name: svc.get("command") or [] for name, svc in services.items()}
+    beats = [name for name, c in commands.items() if _beats([c])]
+    assert beats == ["maint"], beats
+    maint = services["maint"]
+    assert "profiles" not in maint
+    assert _is_maint_worker(maint["command"])
+    consumers = [
+        n for n, c in commands.items() if QUEUE_MAINT in (_flag(c, "-Q", "--queues") or "")
+    ]
+    assert consumers == ["maint"], consumers
+    schedule = Path(_flag(maint["command"], "-s", "--schedule") or "")
+    assert any(t.split(":")[0] == str(schedule.parent) for t in maint.get("tmpfs", []))
+    # the same command as the Kubernetes maint pod, but for the node name
+    pod = yaml.safe_load((DEPLOY / "k8s" / "worker-maint.yaml").read_text())
+    (container,) = pod["spec"]["template"]["spec"]["containers"]
+    assert maint["command"][:-1] == container["command"][:-1]
+
+
+def test_compose_api_counts_metrics_of_all_its_gunicorn_workers(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    folder = api["environment"]["PROMETHEUS_MULTIPROC_DIR"]
+    # a tmpfs of the API's own (never shared with a worker), as the k8s emptyDir
+    assert [t for t in api.get("tmpfs", []) if t.split(":")[0] == folder], api.get("tmpfs")
+    for name, svc in compose["services"].items():
+        if name != "api":
+            assert "PROMETHEUS_MULTIPROC_DIR" not in (svc.get("environment") or {}), name
+    k8s_api = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "k8s" / "api.yaml").read_text())
+        if d["kind"] == "Deployment"
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in k8s_api[0]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == folder
+
+
+def test_compose_grading_workers_can_run_bubblewrap(compose: dict[str, Any]) -> None:
+    # bubblewrap in a container (deploy/README.md): a seccomp profile that allows user
+    # namespaces, Docker's /proc masks off, and no capability added.
+    for name, svc in _workers(compose).items():
+        opts = svc.get("security_opt") or []
+        assert "systempaths=unconfined" in opts, name
+        assert "apparmor=unconfined" in opts, name
+        (seccomp,) = [o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")]
+        profile = json.loads((DEPLOY / seccomp).read_text())
+        denied = {n for rule in profile["syscalls"] for n in rule["names"]}
+        assert {"keyctl", "bpf", "io_uring_setup", "kexec_load"} <= denied
+        assert not denied & {"unshare", "clone", "mount", "pivot_root", "umount2"}, name
+        assert not svc.get("cap_add") and not svc.get("privileged"), name
+        assert svc.get("user") in (None, "kgrade", "10001"), name
 
 
 # --- Kubernetes -----------------------------------------------------------------------------
