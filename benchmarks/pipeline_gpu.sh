@@ -8,10 +8,12 @@
 #   `DEB=1 ../shared/tools/device-wheels.sh`) and .deb (redis-server, its libraries, bubblewrap).
 # Usage: benchmarks/pipeline_gpu.sh [pipeline_gpu.py options, e.g. --exercise attention-merge
 #   --solutions one --reference-runs 5 --deadline 480]. Logs and pipeline.json go to $OUT.
-# One GPU: one worker on queue `gpu`; two-rank exercises are skipped (reported). Two or more
+# One GPU: one worker on queue `gpu`; multi-rank exercises are skipped (reported). Two or more
 # GPUs: as deployed, one worker process per GPU on `gpu` (each job alone on its GPU, each worker
-# with its own baseline of our reference), and one holding GPUs 0,1 on `gpu-x2`, which the
-# driver feeds first, while every GPU is idle.
+# with its own baseline of our reference), one holding GPUs 0,1 on `gpu-x2` and, with four or
+# more GPUs, one holding GPUs 0-3 on `gpu-x4` (ring-attention-x4). The driver feeds the widest
+# first, one width at a time, so a multi-GPU job always finds its GPUs idle.
+# Only the 4-rank ring on a 4- or 8-GPU machine: benchmarks/pipeline_gpu.sh --exercise ring-attention-x4
 # Local rehearsal on CPU: PIPELINE_DEVICE=cpu SKIP_WHEELS=1 PY=.venv/bin/python benchmarks/pipeline_gpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,9 +51,12 @@ export KGRADE_REF_TRITON_CACHE=${KGRADE_REF_TRITON_CACHE:-$WORK/ref-triton}
 # Workers as "queues:GPU list" (empty list on CPU).
 if [ "$DEVICE" = cuda ]; then
   GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-  if [ "$GPUS" -ge 2 ]; then WORKERS=("gpu:0" "gpu:1" "gpu-x2:0,1"); else WORKERS=("gpu:0"); fi
+  WORKERS=()
+  for ((i = 0; i < GPUS; i++)); do WORKERS+=("gpu:$i"); done
+  if [ "$GPUS" -ge 2 ]; then WORKERS+=("gpu-x2:0,1"); fi
+  if [ "$GPUS" -ge 4 ]; then WORKERS+=("gpu-x4:0,1,2,3"); fi
 else
-  GPUS=2; WORKERS=("cpu:")  # CPU rehearsal: two-rank exercises run as two gloo processes
+  GPUS=4; WORKERS=("cpu:")  # CPU rehearsal: P-rank exercises run as P gloo processes
 fi
 
 pids=()

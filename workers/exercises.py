@@ -2,6 +2,12 @@
 
 spec.yaml holds everything the grader needs except the hidden cases themselves: those are drawn
 by the checker from generator parameters (``hidden:``) and a server secret at grading time.
+
+A variant is a folder with only a spec.yaml that says ``variant_of: <id>``: the same exercise
+(statement, starter, reference, known solutions: the base's folder) graded with the top-level
+keys it lists replacing the base's, e.g. ``ring-attention-x4``, the ring with ``world_size: 4``
+(queue ``gpu-x4``). It is an exercise of its own to instructors, the leaderboard and the cached
+baselines, since its timings are not comparable with the base's.
 """
 
 from __future__ import annotations
@@ -105,6 +111,8 @@ class Exercise:
     limits: dict[str, float]
     scoring: dict[str, Any]
     world_size: int = 1
+    #: The exercise this one grades differently (``path`` is then the base's folder).
+    variant_of: str | None = None
     forbidden_imports: tuple[str, ...] = DEFAULT_FORBIDDEN
     forbidden_calls: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +173,10 @@ def list_exercises(root: Path = EXERCISES_DIR) -> list[str]:
 
 
 def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
+    return _load(exercise_id, root, variant_ok=True)
+
+
+def _load(exercise_id: str, root: Path, *, variant_ok: bool) -> Exercise:
     if not _ID.match(exercise_id):
         raise ExerciseError(f"bad exercise id {exercise_id!r}")
     folder = root / exercise_id
@@ -176,6 +188,19 @@ def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
     spec = yaml.safe_load(spec_file.read_text())
     if not isinstance(spec, dict):
         raise ExerciseError(f"{spec_file}: not a mapping")
+    variant_of = spec.get("variant_of")
+    if variant_of is not None:
+        if not variant_ok:
+            raise ExerciseError(f"{spec_file}: a variant's base cannot be a variant itself")
+        if variant_of == exercise_id:
+            raise ExerciseError(f"{spec_file}: variant_of names the exercise itself")
+        try:
+            base = _load(str(variant_of), root, variant_ok=False)
+        except ExerciseError as e:
+            raise ExerciseError(f"{spec_file}: variant_of {variant_of!r}: {e}") from e
+        # The base's spec with this one's top-level keys on top; the files stay the base's.
+        spec = {**base.raw, **{k: v for k, v in spec.items() if k != "variant_of"}}
+        folder = base.path
     try:
         limits = {
             **DEFAULT_LIMITS,
@@ -202,6 +227,7 @@ def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
                 **(spec.get("scoring") or {}),
             },
             world_size=int(spec.get("world_size", 1)),
+            variant_of=str(variant_of) if variant_of is not None else None,
             forbidden_imports=tuple(spec.get("forbidden_imports") or DEFAULT_FORBIDDEN),
             raw=spec,
         )

@@ -19,6 +19,7 @@ from workers.queues import (
     QUEUE_CPU,
     QUEUE_GPU,
     QUEUE_GPU_X2,
+    QUEUE_GPU_X4,
     QUEUE_MAINT,
     lti_worker_argv,
     worker_argv,
@@ -30,7 +31,8 @@ def embedded_worker(settings: dict[str, Any]) -> list[str] | None:
     if env.get("REDIS_URL"):
         return None
     device = env.get("KGRADE_GRADE_DEVICE", "cpu")
-    queues = [QUEUE_CPU] if device == "cpu" else [QUEUE_GPU, QUEUE_GPU_X2]
+    # One process for every GPU queue: jobs run one at a time, each on the first GPUs it needs.
+    queues = [QUEUE_CPU] if device == "cpu" else [QUEUE_GPU, QUEUE_GPU_X2, QUEUE_GPU_X4]
     # The same var dir as workers.celery_app.var_dir (not imported: it would load Celery here).
     var = Path(env.get("KGRADE_VAR_DIR") or Path.cwd() / "var").resolve()
     (var / "celery").mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ def test_layout_positions_spec_examples():
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("fuse", [True, False])
 def test_plan_covers_exactly_the_causal_mask(layout, world_size, fuse):
     """Union over steps of the planned blocks (with their masks) == the causal mask, no overlap."""
@@ -61,8 +61,9 @@ def test_plan_covers_exactly_the_causal_mask(layout, world_size, fuse):
         assert torch.equal(got, want.long()), (layout, world_size, r, src)
 
 
-def test_zigzag_balances_work_after_step_zero():
-    p, n = 4, 64
+@pytest.mark.parametrize("p", [4, 8])
+def test_zigzag_balances_work_after_step_zero(p):
+    n = 64
     for s in range(1, p):
         work = []
         for r in range(p):

@@ -1,8 +1,9 @@
-"""The real per-rank ring over torch.distributed: spawn + gloo on 127.0.0.1, P in {2, 4}.
+"""The real per-rank ring over torch.distributed: gloo on 127.0.0.1, P in {2, 4}.
 
 One process group per world size runs every layout, causal and not, fp32 and bf16, plus a ring
 over a sub-group (checks the group-rank -> global-rank mapping). Assertions run inside the
-workers; mp.spawn re-raises a worker's failure here.
+workers, started from a forkserver (tests/kernels/gloo.py), which re-raises a worker's failure
+here. 8 ranks and odd sizes: test_ring_world_sizes.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.conftest import free_port
+from tests.kernels.gloo import init_rank, launch
 
 pytestmark = [
     pytest.mark.slow,
@@ -23,10 +25,7 @@ pytestmark = [
 
 
 def _worker(rank: int, world_size: int, port: int) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    init_rank(rank, world_size, port)
     try:
         from kernels.attention.naive import attention_naive
         from kernels.ring import LAYOUTS, ring_attention_local, shard
@@ -74,7 +73,7 @@ def _worker(rank: int, world_size: int, port: int) -> None:
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ring_attention_local_gloo(world_size):
-    mp.spawn(_worker, args=(world_size, free_port()), nprocs=world_size, join=True)
+    launch(_worker, world_size)
 
 
 def test_ring_attention_local_needs_process_group():
@@ -130,5 +129,5 @@ def _nccl_worker(rank: int, world_size: int, port: int) -> None:
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs"
 )
 def test_ring_attention_local_nccl():
-    world_size = min(torch.cuda.device_count(), 4)
+    world_size = min(torch.cuda.device_count(), 8)  # the 4- and 8-GPU machines use them all
     mp.spawn(_nccl_worker, args=(world_size, free_port()), nprocs=world_size, join=True)

@@ -324,7 +324,9 @@ def test_real_pipeline_grades_correct_and_wrong_solutions(
 ) -> None:
     monkeypatch.setitem(world.app.config, "SUBMISSION_RATE", "100/60")
     jobs: list[tuple[str, str, Verdict, str]] = []
-    for n, exercise in enumerate(list_exercises()):
+    # Variants grade the same solutions at another world size: tests/workers/test_ring_x4.py.
+    exercises = [e for e in list_exercises() if load_exercise(e).variant_of is None]
+    for n, exercise in enumerate(exercises):
         for name, source, expected in _pick(exercise):
             if n % 2:
                 r = world.post(_url(exercise), "alice", json={"source": source})

@@ -108,7 +108,7 @@ def test_queue_depth_per_hardware_queue_from_redis(
         client.delete(*keys, f"{prefix}maint")
         client.close()
     depth = {k[1][0][1]: v for k, v in metrics.items() if k[0] == "kgrade_queue_depth"}
-    assert depth == {"cpu": 1.0, "gpu": 4.0, "gpu-x2": 0.0}
+    assert depth == {"cpu": 1.0, "gpu": 4.0, "gpu-x2": 0.0, "gpu-x4": 0.0}
     assert metrics[("kgrade_scrape_up", (("source", "broker"),))] == 1.0
 
 

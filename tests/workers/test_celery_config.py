@@ -26,7 +26,7 @@ def test_redis_settings_nest_time_limits_under_one_visibility_timeout() -> None:
     assert c.result_backend_transport_options["visibility_timeout"] == vt
     # Late acks: a task outliving V runs twice. V >= 2x hard limit + one reserved task's wait.
     assert vt >= 3 * c.task_time_limit
-    assert [q.name for q in c.task_queues] == ["cpu", "gpu", "gpu-x2", "maint"]
+    assert [q.name for q in c.task_queues] == ["cpu", "gpu", "gpu-x2", "gpu-x4", "maint"]
     assert c.task_default_queue == "cpu"
 
 
@@ -47,9 +47,12 @@ def test_queue_routing_by_hardware() -> None:
     assert ca.queue_for("cpu", 2) == "cpu"
     assert ca.queue_for("cuda", 1) == "gpu"
     assert ca.queue_for("cuda", 2) == "gpu-x2"
-    with pytest.raises(ValueError):
-        ca.queue_for("cuda", 3)
+    assert ca.queue_for("cuda", 4) == "gpu-x4"
+    for gpus in (3, 5, 8):
+        with pytest.raises(ValueError, match=f"no queue for {gpus} GPUs"):
+            ca.queue_for("cuda", gpus)
     assert ca.device_for_queue("gpu-x2") == "cuda"
+    assert ca.device_for_queue("gpu-x4") == "cuda"
     assert ca.device_for_queue("cpu") == "cpu"
 
 

@@ -44,7 +44,13 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 
 GPU_ONLY = [
     (ex_id, s)
-    for ex_id in ("attention-merge", "block-attention", "nsa-attention", "ring-attention")
+    for ex_id in (
+        "attention-merge",
+        "block-attention",
+        "nsa-attention",
+        "ring-attention",
+        "ring-attention-x4",  # skipped below on fewer than 4 GPUs
+    )
     for s in load_exercise(ex_id).solutions()
     if s.needs == "gpu"
 ]
