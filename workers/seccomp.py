@@ -3,6 +3,9 @@
 bubblewrap installs it (``--seccomp FD``) right before it executes the job, after its own
 namespace and mount work. Denied calls fail with EPERM, except on another ABI (a 32-bit or
 x32 call on x86-64, which could dodge a list of 64-bit numbers), which kills the process.
+As in Docker's default profile, ``clone`` with a namespace flag fails with EPERM too, and
+``clone3`` with ENOSYS: its flags sit in a struct in memory, out of the filter's reach, and
+ENOSYS makes the C library fall back to ``clone`` (threads, fork and spawn keep working).
 
 No libseccomp needed: the program is a handful of ``struct sock_filter`` entries.
 """
@@ -46,7 +49,7 @@ DENIED = (
     "io_uring_setup",
 )
 
-# Syscall numbers per architecture (Linux uapi unistd tables).
+# Syscall numbers per architecture (Linux uapi unistd tables): the list, clone and clone3.
 _NR: dict[str, dict[str, int]] = {
     "x86_64": {
         "ptrace": 101,
@@ -75,6 +78,8 @@ _NR: dict[str, dict[str, int]] = {
         "reboot": 169,
         "quotactl": 179,
         "io_uring_setup": 425,
+        "clone": 56,
+        "clone3": 435,
     },
     "aarch64": {
         "ptrace": 117,
@@ -103,20 +108,30 @@ _NR: dict[str, dict[str, int]] = {
         "reboot": 142,
         "quotactl": 60,
         "io_uring_setup": 425,
+        "clone": 220,
+        "clone3": 435,
     },
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_BIT = 0x40000000  # x86-64's x32 ABI: same table with this bit set
 
+# clone()'s namespace flags (linux/sched.h): NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
+# NEWNET, Docker's mask. CLONE_NEWTIME (0x80) is left out: on clone() the low byte is the exit
+# signal, and a new time namespace needs unshare or clone3, both refused anyway.
+_CLONE_NS = 0x7E020000
+
 # classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h)
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
 _JGE_K = 0x35
+_JSET_K = 0x45
 _RET_K = 0x06
 _RET_KILL_PROCESS = 0x80000000
 _RET_ERRNO = 0x00050000
 _RET_ALLOW = 0x7FFF0000
-_OFF_NR, _OFF_ARCH = 0, 4  # struct seccomp_data
+# struct seccomp_data: nr, arch, then instruction_pointer and args[6] as 64-bit words. Both
+# arches here are little-endian (their AUDIT_ARCH says so), so args[0]'s low half is at 16.
+_OFF_NR, _OFF_ARCH, _OFF_ARG0_LO = 0, 4, 16
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -134,7 +149,7 @@ def program(machine: str | None = None) -> bytes | None:
     machine = machine or arch()
     if machine not in _NR:
         return None
-    nrs = [_NR[machine][name] for name in DENIED]
+    table = _NR[machine]
     deny = _RET_ERRNO | errno.EPERM
     insns = [
         _insn(_LD_W_ABS, 0, 0, _OFF_ARCH),
@@ -144,9 +159,18 @@ def program(machine: str | None = None) -> bytes | None:
     ]
     if machine == "x86_64":
         insns += [_insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, _RET_KILL_PROCESS)]
-    for nr in nrs:
-        insns += [_insn(_JEQ_K, 0, 1, nr), _insn(_RET_K, 0, 0, deny)]
-    insns.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
+    for name in DENIED:
+        insns += [_insn(_JEQ_K, 0, 1, table[name]), _insn(_RET_K, 0, 0, deny)]
+    insns += [
+        _insn(_JEQ_K, 0, 1, table["clone3"]),
+        _insn(_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        # clone's flags are args[0] on both arches; the kernel reads only their low 32 bits
+        _insn(_JEQ_K, 0, 3, table["clone"]),
+        _insn(_LD_W_ABS, 0, 0, _OFF_ARG0_LO),
+        _insn(_JSET_K, 0, 1, _CLONE_NS),
+        _insn(_RET_K, 0, 0, deny),
+        _insn(_RET_K, 0, 0, _RET_ALLOW),
+    ]
     return b"".join(insns)
 
 
