@@ -69,6 +69,10 @@ class ShapeTiming:
     floor_ms: float
     ref_median_ms: float | None = None
     speedup: float | None = None  # clamped t_ref / t_sub
+    # GPU runs only (a CPU rehearsal's times say nothing about a GPU): the median call's
+    # position against the H200's roofline, per GPU, workers.harness.roofline.position():
+    # tflops, tbytes_s, flops_frac, bytes_frac, bound ("compute"/"memory"), peak_frac
+    roofline: dict[str, Any] | None = None
 
 
 @dataclass
@@ -82,6 +86,9 @@ class GradeResult:
     isolation: str = "none"
     timings: list[ShapeTiming] = field(default_factory=list)
     speedup: float | None = None  # geometric mean over hidden benchmark shapes
+    # GPU runs only: the geometric mean of the shapes' roofline fractions, with the peaks
+    # (workers.harness.roofline.summary()); student-facing, beside the speedup
+    roofline: dict[str, Any] | None = None
     hardware: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
     harness_hash: str = ""
@@ -113,6 +120,7 @@ class GradeResult:
                 "device": self.device,
                 "isolation": self.isolation,
                 "speedup": self.speedup,
+                "roofline": self.roofline,
                 "timings": [asdict(t) for t in self.timings],
                 "hardware": self.hardware,
                 "versions": self.versions,

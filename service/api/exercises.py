@@ -116,7 +116,11 @@ class SubmissionSchema(Schema):
         allow_none=True,
         metadata={
             "description": "results.json (Gradescope/PrairieLearn union) once done; students "
-            "see it without the staff-only logs and diagnostics"
+            "see it without the staff-only logs and diagnostics. GPU results carry the "
+            "kernel's roofline position beside the speedup: kgrade.roofline (peak_frac, the "
+            "geometric mean over shapes of roofline time / median time, with the peaks) and "
+            "kgrade.timings[].roofline (tflops, tbytes_s, flops_frac, bytes_frac, bound, "
+            "peak_frac); null on CPU"
         },
     )
 

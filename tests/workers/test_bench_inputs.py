@@ -28,7 +28,8 @@ import pytest
 import torch
 
 from workers.exercises import Exercise, load_exercise
-from workers.harness.checker import RFMT
+from workers.harness.sandboxed import inputs as gen
+from workers.harness.sandboxed import wire
 from workers.problems import load_problem
 from workers.problems.base import BenchShape
 
@@ -123,7 +124,7 @@ def test_honest_passes_and_low_precision_fails(ex_id: str, shape: BenchShape, ow
     honest = [_load(ex.path / r) for r in HONEST[ex_id] if kernels or r != "reference.py"]
     low = _load(ex.path / LOWPREC)
     for seed in SEEDS:
-        x = RFMT.gen_inputs(shape.gens, seed, "cpu")
+        x = gen.gen_inputs(shape.gens, seed, "cpu")
         _assert_hard(ex_id, ex, shape, x)
         for mod in honest:
             c = prob.check_bench(ex, shape, x, _call(ex_id, mod, x, shape, low=False))
@@ -246,7 +247,7 @@ def ring_rank_main(rank: int, folder: str) -> None:
     low = _load(ex.path / LOWPREC)
     res = {}
     for i, job in enumerate(json.loads(Path(folder, "jobs.json").read_text())):
-        x = RFMT.gen_inputs(job["gens"], RFMT.rank_seed(job["seed"], rank), "cpu")
+        x = gen.gen_inputs(job["gens"], gen.rank_seed(job["seed"], rank), "cpu")
         kw = {**job["kwargs"], "group": dist.group.WORLD}
         for name, mod in sols.items():
             res[i, name] = mod.ring_attention_local(x["q"], x["k"], x["v"], **kw)
@@ -277,9 +278,7 @@ def test_ring_honest_passes_and_low_precision_fails(tmp_path: Path) -> None:
     shapes = {s.name: s for s, _ in _shapes(ex, RING_T_CAP)}
     for i, job in enumerate(jobs):
         shape = shapes[job["shape"]]
-        shards = [
-            RFMT.gen_inputs(shape.gens, RFMT.rank_seed(job["seed"], r), "cpu") for r in (0, 1)
-        ]
+        shards = [gen.gen_inputs(shape.gens, gen.rank_seed(job["seed"], r), "cpu") for r in (0, 1)]
         x = shards[0]
         assert not torch.equal(shards[0]["k"], shards[1]["k"])  # each rank its own draw
         _assert_hard("ring-attention", ex, shape, x)
@@ -305,17 +304,17 @@ def _digest(x: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(x):
         h.update(name.encode())
-        h.update(RFMT.raw_view(x[name]))
+        h.update(wire.raw_view(x[name]))
     return h.hexdigest()
 
 
 def test_gen_inputs_is_deterministic_and_new_per_seed() -> None:
-    a = RFMT.gen_inputs(ALL_GENS, 7, "cpu")
-    b = RFMT.gen_inputs(ALL_GENS, 7, "cpu")
-    c = RFMT.gen_inputs(ALL_GENS, 8, "cpu")
+    a = gen.gen_inputs(ALL_GENS, 7, "cpu")
+    b = gen.gen_inputs(ALL_GENS, 7, "cpu")
+    c = gen.gen_inputs(ALL_GENS, 8, "cpu")
     assert set(a) == set(ALL_GENS)
     for name in ALL_GENS:
-        assert a[name].dtype == RFMT.dtype_of(ALL_GENS[name]["dtype"])
+        assert a[name].dtype == wire.dtype_of(ALL_GENS[name]["dtype"])
         assert list(a[name].shape) == ALL_GENS[name]["shape"]
         assert torch.equal(a[name], b[name]), name
         assert not torch.equal(a[name], c[name]), name
@@ -326,15 +325,15 @@ def test_gen_inputs_is_deterministic_and_new_per_seed() -> None:
 def test_gen_inputs_is_the_same_in_another_process() -> None:
     # The runner and the checker are separate processes (and hash() is salted per process).
     code = (
-        "from workers.harness.checker import RFMT; "
+        "from workers.harness.sandboxed import inputs as gen; "
         "from tests.workers.test_bench_inputs import ALL_GENS, _digest; "
-        "print(_digest(RFMT.gen_inputs(ALL_GENS, 7, 'cpu')))"
+        "print(_digest(gen.gen_inputs(ALL_GENS, 7, 'cpu')))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "random"}
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout.split()[-1]
-    assert out == _digest(RFMT.gen_inputs(ALL_GENS, 7, "cpu"))
+    assert out == _digest(gen.gen_inputs(ALL_GENS, 7, "cpu"))
 
 
 def test_mix_draws_a_variant_per_row_shared_by_key() -> None:
@@ -343,7 +342,7 @@ def test_mix_draws_a_variant_per_row_shared_by_key() -> None:
         "x": {"shape": [8, 256, 64], "dtype": "float32", "mix": mix},
         "y": {"shape": [8, 256], "dtype": "float32", "shift": 10.0, "mix": mix},
     }
-    d = RFMT.gen_inputs(gens, 3, "cpu")
+    d = gen.gen_inputs(gens, 3, "cpu")
     big = d["x"].std(-1) > 10  # [8, 256]
     assert 0.4 < float(big.float().mean()) < 0.6
     assert bool((d["x"].std(-1)[~big] < 2).all())
@@ -351,7 +350,7 @@ def test_mix_draws_a_variant_per_row_shared_by_key() -> None:
 
 
 def test_heavy_rows_are_clamped_student_t() -> None:
-    x = RFMT.gen_tensor(
+    x = gen.gen_tensor(
         {"shape": [64, 1024], "dtype": "float32", "mix": {"values": ["heavy"]}}, 4, "cpu"
     )
     assert float(x.abs().max()) <= 30.0
@@ -369,8 +368,8 @@ def test_shared_draws_must_agree_and_specs_are_checked() -> None:
         },
     }
     with pytest.raises(ValueError, match="shared draw"):
-        RFMT.gen_inputs(bad, 1, "cpu")
+        gen.gen_inputs(bad, 1, "cpu")
     with pytest.raises(ValueError, match="unknown gen spec keys"):
-        RFMT.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dits": "normal"}}, 1, "cpu")
+        gen.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dits": "normal"}}, 1, "cpu")
     with pytest.raises(ValueError, match="unknown gen dist"):
-        RFMT.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dist": "large"}}, 1, "cpu")
+        gen.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dist": "large"}}, 1, "cpu")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workers.harness.runner import dtype_of, raw_view, read_raw
+from workers.harness.sandboxed.wire import dtype_of, raw_view, read_raw
 
 
 @pytest.mark.parametrize("name", ["bfloat16", "float16", "float32", "float64", "int32", "int64"])

@@ -6,7 +6,7 @@ import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import timing
-from workers.harness.parent import confirm
+from workers.harness.scoring import confirm
 from workers.results import GradeResult, TestResult
 from workers.verdicts import Verdict
 
@@ -83,7 +83,7 @@ def test_slow_reply_is_work_on_most_calls_not_a_few_stalls() -> None:
 def test_output_digest_sees_every_word() -> None:
     import torch
 
-    from workers.harness.runner import digest_weights, output_digest
+    from workers.harness.sandboxed.digests import digest_weights, output_digest
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, 129, 7, generator=g).to(torch.bfloat16)  # odd sizes
@@ -106,7 +106,7 @@ def test_output_digest_sees_every_word() -> None:
 def test_keyed_input_digest() -> None:
     import torch
 
-    from workers.harness.runner import input_digest
+    from workers.harness.sandboxed.digests import input_digest
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 257, 5, generator=g).to(torch.bfloat16)  # odd sizes, 16-bit words
@@ -129,12 +129,12 @@ def test_keyed_input_digest() -> None:
 def test_input_digest_is_the_same_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from workers.harness import runner
+    from workers.harness.sandboxed import digests
 
     x = torch.randn(1001, generator=torch.Generator().manual_seed(1))
-    whole = runner.input_digest(x, 12345)
-    monkeypatch.setattr(runner, "DIGEST_CHUNK", 64)  # many chunks, a short last one
-    assert runner.input_digest(x, 12345) == whole
+    whole = digests.input_digest(x, 12345)
+    monkeypatch.setattr(digests, "DIGEST_CHUNK", 64)  # many chunks, a short last one
+    assert digests.input_digest(x, 12345) == whole
 
 
 def _result(verdict: str, speedup: float | None) -> GradeResult:

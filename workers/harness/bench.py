@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from workers.exercises import Exercise
-from workers.harness import timing
-from workers.harness.job import Failure, Job, import_submission, job_gpus
+from workers.harness import roofline, timing
+from workers.harness.failure import Failure
+from workers.harness.job import Job, job_gpus
+from workers.harness.phases import import_submission
 from workers.harness.procs import pin, stopped, timing_cpus, timing_turn
 from workers.harness.timed import Baseline, Side, baseline
 from workers.results import GradeResult, ShapeTiming
@@ -227,6 +229,12 @@ def run_benchmark(
         sp = timing.clamp_speedup(r, st.median, clamp) if r else None
         if sp is not None:
             speedups.append(sp)
+        # a CPU rehearsal's times are not a GPU's: no roofline position there
+        pos = (
+            roofline.position(shape["flops"], shape["bytes"], st.median)
+            if job.device == "cuda"
+            else None
+        )
         res.timings.append(
             ShapeTiming(
                 shape["name"],
@@ -239,6 +247,7 @@ def run_benchmark(
                 shape["floor_ms"],
                 r,
                 sp,
+                pos,
             )
         )
         if s["review"]:
@@ -249,6 +258,8 @@ def run_benchmark(
         res.details["ref_raw_samples_ms"] = by_shape(plan, pairs, _raw_samples)
     if speedups and len(speedups) == len(subs):
         res.speedup = timing.geomean(speedups)
+    if job.device == "cuda":
+        res.roofline = roofline.summary([t.roofline for t in res.timings])
 
 
 def _canary_key(ex: Exercise, res: GradeResult) -> str:

@@ -4,14 +4,14 @@ Started by the parent as ``python -I -m workers.harness.checker`` with JSON-line
 stdin and replies on stdout (pipes the parent created). It never imports student code: outputs
 arrive as raw files written by the runner and are parsed with the dtype/shape the checker
 expects, never unpickled. Verdicts for one call are decided in a fixed order: output contract
-(type, dtype, shape, device, contiguity, storage overlap), input mutation, forbidden ops, values.
+(type, dtype, shape, device, strides, storage overlap: ``contract.py``), input mutation,
+forbidden ops, values.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -25,12 +25,15 @@ from typing import Any
 import torch
 
 from workers.exercises import Exercise, load_exercise
+from workers.harness.contract import output_violation
+from workers.harness.roofline import floor_ms as roofline_floor_ms
+from workers.harness.sandboxed import digests, wire
+from workers.harness.sandboxed.inputs import gen_inputs, rank_seed
 from workers.problems import load_problem
 from workers.problems.base import BenchShape, Call, CaseDef, OutSpec
 from workers.problems.common import DTYPE_NAMES, Check, case_seed, fail
 from workers.verdicts import Verdict
 
-RUNNER_PATH = Path(__file__).with_name("runner.py")
 FORBIDDEN_OPS = (
     "scaled_dot_product",
     "flash_attention",
@@ -38,24 +41,6 @@ FORBIDDEN_OPS = (
     "cudnn_attention",
     "flex_attention",
 )
-PEAK_FLOPS = 990e12  # H200 datasheet dense bf16 (above the measured 782)
-PEAK_BYTES = 4.8e12  # H200 datasheet HBM3e (above the measured 4.3)
-
-
-def _load_runner_module() -> Any:
-    # Our own file, for the raw-tensor format and the timing-input generator (one definition).
-    spec = importlib.util.spec_from_file_location("_kgrade_runner_fmt", RUNNER_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look the module up while the file executes
-    spec.loader.exec_module(mod)
-    return mod
-
-
-RFMT = _load_runner_module()
-
-
-def roofline_floor_ms(flops: float, nbytes: float) -> float:
-    return max(flops / PEAK_FLOPS, nbytes / PEAK_BYTES) * 1e3
 
 
 class Checker:
@@ -184,7 +169,7 @@ class Checker:
                 rel = f"io/c{i}_r{r}_{name}.bin"
                 p = self.job / rel
                 with open(p, "wb") as f:
-                    f.write(RFMT.raw_view(t))
+                    f.write(wire.raw_view(t))
                 os.chmod(p, 0o644)
                 files[name] = {"path": rel, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape)}
             outs = []
@@ -219,50 +204,16 @@ class Checker:
         in_meta = res.get("inputs", {})
         outs: dict[str, torch.Tensor] = {}
         for o in specs:
-            d = got.get(o.name)
-            if d is None or "error" in d:
-                why = d.get("error") if d else "missing"
-                return fail(Verdict.TYPE_VIOLATION, f"output {o.name!r}: {why}"), outs
-            if not d.get("exact"):
-                return fail(
-                    Verdict.TYPE_VIOLATION,
-                    f"output {o.name!r} is {d.get('type')}, not exactly torch.Tensor",
-                ), outs
             want_dt = DTYPE_NAMES[o.dtype]
-            if d.get("dtype") != want_dt:
-                return fail(
-                    Verdict.TYPE_VIOLATION,
-                    f"output {o.name!r} has dtype {d.get('dtype')}, expected {want_dt}",
-                ), outs
-            if d.get("shape") != list(o.shape):
-                return fail(
-                    Verdict.TYPE_VIOLATION,
-                    f"output {o.name!r} has shape {d.get('shape')}, expected {list(o.shape)}",
-                ), outs
-            if d.get("device") != self.device:
-                return fail(
-                    Verdict.TYPE_VIOLATION,
-                    f"output {o.name!r} is on {d.get('device')}, expected {self.device}",
-                ), outs
-            if not d.get("contiguous"):
-                return fail(
-                    Verdict.TYPE_VIOLATION,
-                    f"output {o.name!r} is not contiguous (strides {d.get('stride')})",
-                ), outs
-            s0, n0 = d.get("storage", [0, 0])
-            for iname, im in in_meta.items():
-                if iname == o.name:
-                    continue  # NSA aux.block_indices may be the given block_indices itself
-                s1, n1 = im.get("storage", [0, 0])
-                if n0 and n1 and s0 < s1 + n1 and s1 < s0 + n0:
-                    return fail(
-                        Verdict.TYPE_VIOLATION,
-                        f"output {o.name!r} shares storage with input {iname!r}",
-                    ), outs
+            why = output_violation(
+                o.name, got.get(o.name), want_dt, list(o.shape), self.device, in_meta
+            )
+            if why is not None:
+                return fail(Verdict.TYPE_VIOLATION, why), outs
             path = self.job / f"out/{tag}_r{r}_{o.name}.bin"
             if not path.is_file():
                 return fail(Verdict.INTEGRITY_VIOLATION, f"no snapshot of output {o.name!r}"), outs
-            outs[o.name] = RFMT.read_raw(path, want_dt, list(o.shape))
+            outs[o.name] = wire.read_raw(path, want_dt, list(o.shape))
             if wkey is not None and not self._digest_matches(outs[o.name], res, o.name, wkey):
                 return fail(
                     Verdict.INTEGRITY_VIOLATION,
@@ -271,9 +222,9 @@ class Checker:
                 ), outs
         for iname, t in inputs.items():
             if key is not None:  # timed calls: the keyed device digest
-                same = in_meta.get(iname, {}).get("digest") == RFMT.input_digest(t, key)
+                same = in_meta.get(iname, {}).get("digest") == digests.input_digest(t, key)
             else:
-                want = hashlib.sha256(RFMT.raw_view(t.cpu())).hexdigest()
+                want = hashlib.sha256(wire.raw_view(t.cpu())).hexdigest()
                 same = in_meta.get(iname, {}).get("sha256") == want
             if not same:
                 return fail(Verdict.INPUT_MUTATED, f"input {iname!r} was modified"), outs
@@ -292,8 +243,8 @@ class Checker:
         if w is None:
             if len(self.weights) > 8:
                 self.weights.clear()
-            w = self.weights[(n, wkey)] = RFMT.digest_weights(n, wkey, dev)
-        return (res.get("digests") or {}).get(name) == RFMT.output_digest(x, w)
+            w = self.weights[(n, wkey)] = digests.digest_weights(n, wkey, dev)
+        return (res.get("digests") or {}).get(name) == digests.output_digest(x, w)
 
     def check(self, i: int, results: list[dict[str, Any]]) -> Check:
         c, call = self.cases[i], self.calls.pop(i)
@@ -307,7 +258,7 @@ class Checker:
             h = hashlib.sha256()
             for o in outs:
                 for name in sorted(o):
-                    h.update(RFMT.raw_view(o[name]))
+                    h.update(wire.raw_view(o[name]))
             base = next((j for j, b in enumerate(self.cases) if c.name == f"{b.name}/repeat"), None)
             if base is not None and self.out_hash.get(base) not in (None, h.hexdigest()):
                 return fail(
@@ -336,7 +287,7 @@ class Checker:
         wkey: int | None = None,
     ) -> Check:
         shape = self.bench[b]
-        x = RFMT.gen_inputs(shape.gens, seed, self.device)
+        x = gen_inputs(shape.gens, seed, self.device)
         try:
             chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x, key, wkey)
             if not chk.ok:
@@ -345,7 +296,7 @@ class Checker:
             outs = {k: v.to(self.gold_device) for k, v in outs.items()}
             if self.world > 1:  # every rank's shard: the gold is the whole ring's
                 shards = [xs] + [
-                    RFMT.gen_inputs(shape.gens, RFMT.rank_seed(seed, r), self.gold_device)
+                    gen_inputs(shape.gens, rank_seed(seed, r), self.gold_device)
                     for r in range(1, self.world)
                 ]
                 return self.prob.check_bench(self.ex, shape, xs, outs, shards=shards)

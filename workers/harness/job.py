@@ -1,17 +1,16 @@
-"""One grading job's processes: the trusted checker, the sandboxed runner and the channels
-between them (grader spec §2). ``Job`` starts and stops them; ``Failure`` ends a job with a
-verdict wherever it is raised."""
+"""One grading job's process tree (grader spec §2): its private directory, the trusted checker
+and the sandboxed runner (started by exec, never by fork), and the channels to them. ``Job``
+starts and stops them; ``Failure`` (``failure.py``) ends a job with a verdict wherever it is
+raised; the channels themselves are in ``channel.py``."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from workers.exercises import Exercise
+from workers.harness.channel import Channel, CheckerProc
+from workers.harness.failure import Failure
 from workers.sandbox import Limits, Sandboxed, SandboxSpec, sandbox_uid
 from workers.verdicts import Verdict
 
@@ -28,7 +29,12 @@ REPO = Path(__file__).resolve().parents[2]
 #: A directory where trusted reference runs keep compiled Triton kernels between jobs.
 REF_TRITON_CACHE_ENV = "KGRADE_REF_TRITON_CACHE"
 RUNNER = Path(__file__).with_name("runner.py")
-MAX_MSG = 1 << 20
+#: What the sandbox runs, relative to this directory: the runner's entry script and the package
+#: beside it (copied read-only into each job's harness directory, and hashed by harness_hash).
+RUNNER_FILES = (
+    "runner.py",
+    *sorted(f"sandboxed/{p.name}" for p in RUNNER.parent.glob("sandboxed/*.py")),
+)
 
 #: Communication settings the operator's environment imposes on every GPU program, kept in the
 #: otherwise clean job environment: e.g. NVLink multicast off on hosts whose GPUs are shared
@@ -68,15 +74,6 @@ def job_gpus(world: int) -> tuple[list[int], dict[str, str]]:
 ProgressFn = Callable[[str, int, int], None]
 
 
-class Failure(Exception):
-    """Ends grading with a verdict (raised anywhere inside a job)."""
-
-    def __init__(self, verdict: Verdict, message: str) -> None:
-        super().__init__(message)
-        self.verdict = verdict
-        self.message = message
-
-
 def harness_hash() -> str:
     """Hash of the harness code, recorded with every result (re-grade when it changes)."""
     h = hashlib.sha256()
@@ -87,6 +84,17 @@ def harness_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def install_runner(dest: Path) -> None:
+    """Copy the runner's files into ``dest`` (a job's harness directory), read-only."""
+    for rel in RUNNER_FILES:
+        target = dest / rel
+        if not target.parent.is_dir():
+            target.parent.mkdir(parents=True)
+            os.chmod(target.parent, 0o755)
+        shutil.copy(RUNNER.parent / rel, target)
+        os.chmod(target, 0o444)
+
+
 def _secret(secret: bytes | None) -> bytes:
     if secret:
         return secret
@@ -94,134 +102,6 @@ def _secret(secret: bytes | None) -> bytes:
     if env:
         return env.encode()
     return secrets.token_bytes(32)  # no configured secret: a random one per run
-
-
-# --------------------------------------------------------------------------- channels
-
-
-class Channel:
-    """JSON lines over a parent-created socket; every read has a deadline."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray()
-
-    def send(self, obj: dict[str, Any]) -> None:
-        try:
-            self.sock.sendall((json.dumps(obj) + "\n").encode())
-        except OSError as e:
-            raise EOFError(str(e)) from e
-
-    def recv(self, deadline: float) -> dict[str, Any]:
-        while True:
-            i = self.buf.find(b"\n")
-            if i >= 0:
-                line = bytes(self.buf[:i])
-                del self.buf[: i + 1]
-                try:
-                    msg = json.loads(line)
-                except ValueError as e:
-                    raise Failure(Verdict.INTEGRITY_VIOLATION, "malformed runner message") from e
-                if not isinstance(msg, dict):
-                    raise Failure(Verdict.INTEGRITY_VIOLATION, "malformed runner message")
-                return msg
-            if len(self.buf) > MAX_MSG:
-                raise Failure(Verdict.INTEGRITY_VIOLATION, "oversized runner message")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(65536)
-            except TimeoutError:
-                raise
-            except OSError as e:
-                raise EOFError(str(e)) from e
-            if not chunk:
-                raise EOFError("runner closed the channel")
-            self.buf += chunk
-
-
-class CheckerProc:
-    """The trusted checker: JSON lines over its stdin/stdout pipes."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "workers.harness.checker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=str(REPO),
-            start_new_session=True,
-            text=True,
-        )
-
-    def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin and self.proc.stdout
-        try:
-            self.proc.stdin.write(json.dumps(cmd) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except OSError as e:
-            raise Failure(Verdict.INFRA_ERROR, f"checker died: {e}") from e
-        if not line:
-            err = self.proc.stderr.read()[-3000:] if self.proc.stderr else ""
-            raise Failure(Verdict.INFRA_ERROR, f"checker died: {err}")
-        rep = json.loads(line)
-        if not rep.get("ok"):
-            raise Failure(
-                Verdict.INFRA_ERROR, f"checker error: {rep.get('error')}\n{rep.get('tb', '')}"
-            )
-        return rep
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.ask({"op": "exit"})
-            self.proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - clean-up must not mask the verdict
-            self.proc.kill()
-
-
-# --------------------------------------------------------------------------- message validation
-
-
-def _validate_called(
-    msg: dict[str, Any], call_id: str, n_out: int | None, kind: str = "called"
-) -> None:
-    """Schema of a runner's report of one call, ``called`` (a test) or ``done`` (a timed call,
-    which always carries its times and output digests): every field typed and bounded, ids
-    matching. ``n_out`` None: any number of outputs (a null call describes none)."""
-
-    def need(c: bool, what: str) -> None:
-        if not c:
-            raise Failure(Verdict.INTEGRITY_VIOLATION, f"runner message: {what}")
-
-    timed = kind == "done"
-    need(msg.get("t") == kind and msg.get("id") == call_id, "unexpected message or id")
-    need(isinstance(msg.get("ok"), bool), "ok flag")
-    need(isinstance(msg.get("wall_ms"), int | float), "wall_ms")
-    need(isinstance(msg.get("tamper", []), list), "tamper list")
-    need(isinstance(msg.get("ops", {}), dict), "ops map")
-    if msg["ok"]:
-        outs = msg.get("outputs")
-        need(isinstance(outs, list) and n_out in (None, len(outs)), "outputs list")
-        need(all(isinstance(o, dict) for o in outs), "output entries")
-        need(isinstance(msg.get("inputs"), dict), "inputs map")
-        for k in ("ev_stream_ms", "ev_sync_ms", "capture_ms"):
-            if timed or k in msg:
-                need(isinstance(msg.get(k), int | float) and msg[k] >= 0, k)
-        if timed:
-            need(isinstance(msg.get("digests"), dict), "digests")
-
-
-def _error_verdict(err: dict[str, Any]) -> Verdict:
-    return Verdict.RESOURCE_LIMIT if err.get("kind") == "resource" else Verdict.RUNTIME_ERROR
-
-
-def _fmt_err(err: dict[str, Any]) -> str:
-    return f"{err.get('type', 'Error')}: {err.get('msg', '')}\n{err.get('tb', '')}"
 
 
 # --------------------------------------------------------------------------- the job
@@ -272,8 +152,7 @@ class Job:
         for sub in ("out", "work"):
             if uid is not None:
                 os.chown(self.root / sub, uid, uid)
-        shutil.copy(RUNNER, self.root / "harness" / "runner.py")
-        os.chmod(self.root / "harness" / "runner.py", 0o444)
+        install_runner(self.root / "harness")
         (self.root / "sub" / "submission.py").write_bytes(self.source)
         os.chmod(self.root / "sub" / "submission.py", 0o444)
         (self.root / "work" / "tmp").mkdir()
@@ -442,40 +321,3 @@ class Job:
             if self.checker:
                 self.checker.close()
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def import_submission(job: Job, before: Callable[[float], None] | None = None) -> None:
-    """The import phase: every rank says hello (and joins the process group), ``before`` runs
-    with the phase's deadline while the runner is still ours alone, then the module is imported.
-    """
-    deadline = time.monotonic() + job.ex.limits["import_s"]
-    job.recv_all(deadline, "start-up")  # hello from every rank
-    if job.world > 1:
-        job.send_all([{"t": "init_dist"}] * job.world, "process group")
-        for m in job.recv_all(deadline, "process group"):
-            if not m.get("ok"):
-                raise Failure(Verdict.INFRA_ERROR, f"process group init failed: {m.get('error')}")
-    if before is not None:
-        before(deadline)
-    deny = [] if job.trusted else list(job.ex.forbidden_imports)
-    msg = {
-        "t": "import",
-        "path": str(job.root / "sub" / "submission.py"),
-        "entry": job.ex.entry,
-        "deny": deny,
-    }
-    if job.trusted:
-        msg["path_extra"] = str(REPO)
-    job.send_all([msg] * job.world, "import")
-    for m in job.recv_all(deadline, "import"):
-        if m.get("t") != "imported" or not isinstance(m.get("ok"), bool):
-            raise Failure(Verdict.INTEGRITY_VIOLATION, "runner message: import reply")
-        hits = m.get("hits") or []
-        if hits:
-            raise Failure(
-                Verdict.POLICY_VIOLATION, f"forbidden import: {sorted(set(map(str, hits)))}"
-            )
-        if not m["ok"]:
-            err = m.get("error") or {}
-            raise Failure(_error_verdict(err), "import failed: " + _fmt_err(err))
-    job.report("import", 1, 1)

@@ -1,10 +1,12 @@
 """The grading parent: one fresh process tree per job (grader spec §2).
 
-``grade()`` is what the Celery task (and the CLI) calls. It never imports student code and never
-touches CUDA itself: it starts a trusted checker process and a sandboxed runner, passes messages
-between them over channels it created, validates every runner message against what it asked
-for, enforces per-phase wall-clock budgets by killing the sandbox's whole process group, and
-computes timing statistics from raw samples. Default verdict: failure.
+``grade()`` is what the Celery task (and the CLI) calls: one job (``job.py``) through its phases
+(import and tests: ``phases.py``; benchmark: ``bench.py``) to a scored result (``scoring.py``).
+It never imports student code and never touches CUDA itself: it starts a trusted checker
+process and a sandboxed runner, passes messages between them over channels it created
+(``channel.py``), validates every runner message against what it asked for, enforces per-phase
+wall-clock budgets by killing the sandbox's whole process group, and computes timing statistics
+from raw samples. Default verdict: failure. ``grade_ranked()`` adds the confirmation run.
 """
 
 from __future__ import annotations
@@ -18,21 +20,14 @@ import time
 from itertools import pairwise
 from typing import Any
 
-from workers.exercises import Exercise, load_exercise
+from workers.exercises import load_exercise
+from workers.harness import roofline
 from workers.harness.bench import run_benchmark
-from workers.harness.job import (
-    CheckerProc,
-    Failure,
-    Job,
-    ProgressFn,
-    _error_verdict,
-    _fmt_err,
-    _secret,
-    _validate_called,
-    harness_hash,
-    import_submission,
-    job_gpus,
-)
+from workers.harness.channel import CheckerProc
+from workers.harness.failure import Failure
+from workers.harness.job import Job, ProgressFn, _secret, harness_hash, job_gpus
+from workers.harness.phases import import_submission, run_tests
+from workers.harness.scoring import confirm, score
 from workers.results import GradeResult, TestResult, cap_text
 from workers.verdicts import Verdict
 
@@ -167,7 +162,7 @@ def grade(
             }
         )
         import_submission(job)
-        _phase_tests(job, plan, tests)
+        run_tests(job, plan, tests)
         verdict = Verdict.PASS
         message = f"all {len(tests)} tests passed"
         if (device == "cuda" or rehearsal) and plan.get("bench") and not only_public:
@@ -176,6 +171,8 @@ def grade(
                 res.details["rehearsal"] = True
             if res.speedup is not None:
                 message += f"; speedup (geomean, clamped) {res.speedup:.3f}x"
+            if res.roofline:  # GPU runs only: a CPU rehearsal has no roofline
+                message += "; " + roofline.summary_text(res.roofline)
         res.verdict = verdict
         res.output = message
     except Failure as f:
@@ -201,85 +198,10 @@ def grade(
             tests.append(
                 TestResult(c["name"], 0.0, False, "not run", c["visibility"], res.verdict.value)
             )
-    _score(ex, res, tests)
+    score(ex, res, tests)
     res.tests = tests
     res.elapsed_s = time.monotonic() - t0
     return res
-
-
-def _score(ex: Exercise, res: GradeResult, tests: list[TestResult]) -> None:
-    sc = ex.scoring
-    timed = res.speedup is not None
-    cw = float(sc["correctness_weight"]) if timed else 1.0
-    n = max(1, len(tests))
-    for t in tests:
-        t.max_points = cw / n
-    if timed:
-        tests.append(
-            TestResult(
-                "benchmark",
-                float(sc["speed_weight"]),
-                res.passed,
-                f"speedup {res.speedup:.3f}x",
-                "visible",
-                res.verdict.value,
-                points=_speed_points(ex, res.speedup) if res.passed else 0.0,
-            )
-        )
-    res.score = _total(res, tests)
-
-
-def _speed_points(ex: Exercise, speedup: float) -> float:
-    sc = ex.scoring
-    return float(sc["speed_weight"]) * min(1.0, speedup / float(sc["target"]))
-
-
-def _total(res: GradeResult, tests: list[TestResult]) -> float:
-    # gated on correctness: any failing verdict scores 0
-    if not res.passed:
-        return 0.0
-    return sum((t.points if t.points is not None else t.max_points) for t in tests if t.passed)
-
-
-def _rescore(ex: Exercise, res: GradeResult, speedup: float) -> None:
-    """Score ``res`` (a PASS) at another speedup: the benchmark line and the total follow."""
-    res.speedup = speedup
-    for t in res.tests:
-        if t.name == "benchmark":
-            t.points = _speed_points(ex, speedup)
-            t.output = f"speedup {speedup:.3f}x"
-    res.score = _total(res, res.tests)
-
-
-def confirm(ex: Exercise, first: GradeResult, second: GradeResult) -> GradeResult:
-    """Combine a ranked-score candidate with its confirmation run (grader spec §6).
-
-    A failing confirmation is the verdict (its hidden cases and seeds came from another
-    secret: a submission tuned to one draw, or passing by luck, fails here). A passing one
-    ranks the submission at the lower of the two speedups, so one lucky timing cannot lift it.
-    """
-    if not second.passed:
-        second.output = f"confirmation run (new hidden cases and seeds): {second.output}"
-        second.details["confirms_run"] = first.run_id
-        second.elapsed_s += first.elapsed_s
-        return second
-    first.details["confirmation"] = {
-        "run_id": second.run_id,
-        "speedup": second.speedup,
-        "timings": [
-            {"name": t.name, "n": t.n, "median_ms": t.median_ms, "speedup": t.speedup}
-            for t in second.timings
-        ],
-    }
-    first.elapsed_s += second.elapsed_s
-    if second.speedup is not None and first.speedup is not None:
-        ranked = min(first.speedup, second.speedup)
-        _rescore(ex, first, ranked)
-        first.output += (
-            f"; a second run with new hidden cases confirmed it ({second.speedup:.3f}x), "
-            f"ranked at {ranked:.3f}x"
-        )
-    return first
 
 
 def grade_ranked(
@@ -314,51 +236,3 @@ def grade_ranked(
         with contextlib.suppress(Exception):
             progress("done", 1, 1)
     return result
-
-
-def _phase_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> None:
-    deadline = time.monotonic() + job.ex.limits["tests_s"]
-    assert job.checker
-    n_cases = len(plan["cases"])
-    job.report("tests", 0, n_cases)
-    for i, case in enumerate(plan["cases"]):
-        spec = job.checker.ask({"op": "case", "i": i})
-        cid = f"c{i}"
-        msgs = [{"t": "call", "id": cid, "profile": True, **r} for r in spec["ranks"]]
-        job.send_all(msgs, "tests")
-        results = job.recv_all(deadline, "tests")
-        failure: Failure | None = None
-        for r, (m, sent) in enumerate(zip(results, msgs, strict=True)):
-            _validate_called(m, cid, len(sent["outputs"]))
-            pre = f"rank {r}: " if job.world > 1 else ""
-            if m.get("tamper"):
-                failure = Failure(
-                    Verdict.INTEGRITY_VIOLATION, f"{pre}harness state modified: {m['tamper']}"
-                )
-            elif not m["ok"]:
-                failure = Failure(
-                    _error_verdict(m.get("error") or {}), pre + _fmt_err(m.get("error") or {})
-                )
-            if failure:
-                break
-        if failure is None:
-            rep = job.checker.ask({"op": "check", "i": i, "results": results})
-            if rep.get("verdict"):
-                failure = Failure(Verdict(rep["verdict"]), rep.get("message", ""))
-        visible_msg = "" if failure is None else failure.message
-        tests.append(
-            TestResult(
-                case["name"],
-                0.0,
-                failure is None,
-                cap_text(visible_msg, 2000),
-                case["visibility"],
-                failure.verdict.value if failure else Verdict.PASS.value,
-            )
-        )
-        job.report("tests", i + 1, n_cases)  # a count only: hidden case names stay here
-        if failure:
-            if case["visibility"] == "hidden":
-                # the student-facing message must not describe the hidden case
-                failure.message = f"hidden test {case['name']} failed ({failure.verdict.value})"
-            raise failure

@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.harness import timing
-from workers.harness.job import Failure, Job, _error_verdict, _fmt_err, _validate_called
+from workers.harness.channel import validate_called
+from workers.harness.failure import Failure, error_verdict, fmt_err
+from workers.harness.job import Job
 from workers.harness.procs import job_pids, job_processes, thread_count
 from workers.verdicts import Verdict
 
@@ -106,12 +108,12 @@ def run_call(
     walls = Walls((w1 - w0) * 1e3, (time.perf_counter() - w1) * 1e3)
     n_out = None if extra.get("null") else len(shape["outputs"])
     for m in reps:
-        _validate_called(m, tag, n_out, "done")
+        validate_called(m, tag, n_out, "done")
         if m.get("tamper"):
             raise Failure(Verdict.INTEGRITY_VIOLATION, f"harness state modified: {m['tamper']}")
         if not m["ok"]:
             err = m.get("error") or {}
-            raise Failure(_error_verdict(err), _fmt_err(err))
+            raise Failure(error_verdict(err), fmt_err(err))
     return readies, walls, reps
 
 

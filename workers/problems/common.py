@@ -110,9 +110,12 @@ def compare(
     # Masked copies only where there are empty rows: without them the flat views are the same
     # elements, and a CPU rehearsal's checker spent most of each check copying them.
     if bool(neg.any()):
-        if bool((neg & ~torch.isneginf(out)).any()):
+        missing = neg & ~torch.isneginf(out)
+        if bool(missing.any()):
             return fail(
-                Verdict.WRONG_ANSWER, f"{name}: expected -inf (empty row) at some positions"
+                Verdict.WRONG_ANSWER,
+                f"{name}: {_count(int(missing.sum()), 'position')} should be -inf (empty rows) "
+                f"and are not; the first: {_element(name, out, gold, missing)}",
             )
         fin = ~neg
         o, gd = out[fin], gold[fin]
@@ -123,8 +126,13 @@ def compare(
     if not bool(torch.isfinite(gd).all()):
         raise RuntimeError(f"{name}: gold is not finite (task bug)")
     if not bool(torch.isfinite(o).all()):
-        bad = int((~torch.isfinite(o)).sum())
-        return fail(Verdict.WRONG_ANSWER, f"{name}: {bad} NaN/Inf values")
+        nonfinite = ~torch.isfinite(out) & ~neg
+        bad = int(nonfinite.sum())
+        return fail(
+            Verdict.WRONG_ANSWER,
+            f"{name}: {_count(bad, 'NaN/Inf value')}; the first: "
+            f"{_element(name, out, gold, nonfinite)}",
+        )
     if o.numel() == 0:
         return Check()
     err = (o - gd).abs()
@@ -133,9 +141,20 @@ def compare(
     ref_err = float(low_err.max()) if low_err is not None else 0.0
     bound = k * ref_err + atol_floor
     m: dict[str, Any] = {"max_err": max_err, "bound": bound, "ref_err": ref_err}
+    # The messages below (failures only: locating costs a pass over the tensors) say which
+    # element is worst, what it holds against the gold, and what the tolerance is made of.
     if max_err > bound:
+        made_of = (
+            f"{k:g} x {ref_err:.3g} (the largest error of the honest kernel: fp32 maths, one "
+            f"rounding to the output dtype) + {atol_floor:.3g}"
+            if low is not None
+            else "an absolute floor"
+        )
         return fail(
-            Verdict.WRONG_ANSWER, f"{name}: max abs error {max_err:.3g} exceeds {bound:.3g}", **m
+            Verdict.WRONG_ANSWER,
+            f"{name}: max abs error {max_err:.3g} exceeds the tolerance {bound:.3g}, at "
+            f"{_worst(name, out, gold, neg)}; tolerance = {made_of}",
+            **m,
         )
     rms = float(err.square().mean().sqrt()) if rms_k is not None or rel_rms is not None else 0.0
     if rms_k is not None and low_err is not None:
@@ -145,8 +164,9 @@ def compare(
         if rms > rms_bound:
             return fail(
                 Verdict.WRONG_ANSWER,
-                f"{name}: RMS error {rms:.3g} exceeds {rms_bound:.3g} ({rms_k:g}x the honest "
-                "kernel's: lower-precision intermediates?)",
+                f"{name}: RMS error {rms:.3g} exceeds {rms_bound:.3g} ({rms_k:g} x the honest "
+                f"kernel's {low_rms:.3g}, + {rms_floor:.3g}: lower-precision intermediates?); "
+                f"its largest error {max_err:.3g} is at {_worst(name, out, gold, neg)}",
                 **m,
             )
     if rel_rms is not None:
@@ -154,16 +174,68 @@ def compare(
         r = rms / max(rms_ref, 1e-30)
         m["rel_rms"] = r
         if r > rel_rms:
-            return fail(Verdict.WRONG_ANSWER, f"{name}: rel RMS error {r:.3g} > {rel_rms:g}", **m)
+            return fail(
+                Verdict.WRONG_ANSWER,
+                f"{name}: relative RMS error {r:.3g} exceeds {rel_rms:g}; its largest error "
+                f"{max_err:.3g} is at {_worst(name, out, gold, neg)}",
+                **m,
+            )
     if allclose is not None:
         atol, rtol = allclose
-        if not bool((err <= atol + rtol * gd.abs()).all()):
+        outside = err > atol + rtol * gd.abs()
+        if bool(outside.any()):
+            over = (out - gold).abs() - (atol + rtol * gold.abs())
             return fail(
-                Verdict.WRONG_ANSWER, f"{name}: not allclose(atol={atol}, rtol={rtol})", **m
+                Verdict.WRONG_ANSWER,
+                f"{name}: {_count(int(outside.sum()), 'element')} outside |error| <= {atol:g} + "
+                f"{rtol:g} x |expected|; the furthest at {_worst(name, out, gold, neg, over)}",
+                **m,
             )
     if max_abs is not None and max_err > max_abs:
-        return fail(Verdict.WRONG_ANSWER, f"{name}: max abs error {max_err:.3g} > {max_abs:g}", **m)
+        return fail(
+            Verdict.WRONG_ANSWER,
+            f"{name}: max abs error {max_err:.3g} exceeds the absolute limit {max_abs:g}, at "
+            f"{_worst(name, out, gold, neg)}",
+            **m,
+        )
     return Check(None, "", m)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _element(name: str, out: torch.Tensor, gold: torch.Tensor, pick: torch.Tensor) -> str:
+    """The first element where ``pick`` (a boolean tensor of ``out``'s shape) holds, as
+    ``out[0, 17, 3, 5] = nan (expected 0.8125)``."""
+    flat = int(torch.argmax(pick.reshape(-1).to(torch.uint8)))
+    return _describe(name, out, gold, flat)
+
+
+def _worst(
+    name: str,
+    out: torch.Tensor,
+    gold: torch.Tensor,
+    neg: torch.Tensor,
+    score: torch.Tensor | None = None,
+) -> str:
+    """The element of largest ``score`` (default: absolute error), empty rows (``neg``) aside,
+    as ``_element`` writes it."""
+    if score is None:
+        score = (out - gold).abs()
+    score = score.masked_fill(neg, -math.inf).nan_to_num(nan=-math.inf)
+    return _describe(name, out, gold, int(torch.argmax(score.reshape(-1))))
+
+
+def _describe(name: str, out: torch.Tensor, gold: torch.Tensor, flat: int) -> str:
+    idx = []
+    rest = flat
+    for n in reversed(out.shape):
+        idx.append(rest % n)
+        rest //= n
+    where = ", ".join(str(i) for i in reversed(idx))
+    got, want = float(out.reshape(-1)[flat]), float(gold.reshape(-1)[flat])
+    return f"{name}[{where}] = {got:.6g} (expected {want:.6g}; shape {list(out.shape)})"
 
 
 def attention_gold(
