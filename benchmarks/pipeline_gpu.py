@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,9 @@ class Job:
     seconds: float | None = None
     output: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: time.monotonic() when the API accepted it (202) and when ``poll`` saw its verdict
+    submitted_at: float | None = None
+    done_at: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -154,16 +158,27 @@ def collect(
     return jobs, refs, skipped
 
 
-def submit_all(api: Api, jobs: list[Job]) -> None:
-    # Alternate JSON and multipart bodies: both ways in are exercised.
-    for n, job in enumerate(jobs):
+def submit_all(api: Api, jobs: list[Job], concurrency: int = 1) -> None:
+    """Submit every job; ``concurrency`` > 1 sends that many at a time (a deadline's burst)."""
+
+    def one(n: int, job: Job) -> None:
+        # Alternate JSON and multipart bodies: both ways in are exercised.
         status, body = api.submit(
             job.exercise, job.source, job.name.replace("/", "_") + ".py", multipart=n % 2 == 0
         )
         if status != 202:
             job.status, job.output = f"http {status}", json.dumps(body)[:300]
-            continue
+            return
         job.submission_id = body["id"]
+        job.submitted_at = time.monotonic()
+
+    if concurrency <= 1:
+        for n, job in enumerate(jobs):
+            one(n, job)
+        return
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        # list(): re-raise the first exception of any submission here
+        list(pool.map(one, range(len(jobs)), jobs))
 
 
 def poll(
@@ -180,6 +195,7 @@ def poll(
             job.status = body["status"]
             if body["status"] == "done":
                 pending.remove(job)
+                job.done_at = time.monotonic()
                 job.verdict, job.speedup, job.score = (
                     body["verdict"],
                     body["speedup"],
@@ -214,6 +230,11 @@ def poll(
                     # the machine's state against the baseline's (workers.harness canary)
                     "canary": details.get("canary"),
                     "gpus": (kg.get("hardware") or {}).get("gpus"),
+                    # the server's clock (ISO 8601, UTC): accepted, delivery started, verdict
+                    "created_at": body.get("created_at"),
+                    "started_at": body.get("started_at"),
+                    "finished_at": body.get("finished_at"),
+                    "queue": body.get("queue"),
                 }
                 if on_done is not None:
                     on_done(job)
@@ -224,10 +245,19 @@ def poll(
         job.status = "timeout (still " + job.status + ")"
 
 
-def write_json(path: Path, jobs: list[Job], skipped: list[str]) -> None:
+def write_json(
+    path: Path, jobs: list[Job], skipped: list[str], extra: dict[str, Any] | None = None
+) -> None:
+    """Rows (without sources) and ``extra``'s keys, replaced atomically: a run cut short keeps
+    the last complete file."""
     rows = [{k: v for k, v in vars(j).items() if k != "source"} for j in jobs]
+    text = json.dumps({"rows": rows, "skipped": skipped, **(extra or {})}, indent=1)
+    if path.exists() and not path.is_file():
+        # /dev/null or a FIFO: write into it; a rename would replace the device node itself
+        path.write_text(text)
+        return
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"rows": rows, "skipped": skipped}, indent=1))
+    tmp.write_text(text)
     tmp.replace(path)
 
 

@@ -15,6 +15,10 @@
 # first, one width at a time, so a multi-GPU job always finds its GPUs idle.
 # Only the 4-rank ring on a 4- or 8-GPU machine: benchmarks/pipeline_gpu.sh --exercise ring-attention-x4
 # Local rehearsal on CPU: PIPELINE_DEVICE=cpu SKIP_WHEELS=1 PY=.venv/bin/python benchmarks/pipeline_gpu.sh
+#   (without .deb, redis-server and bwrap come from the PATH)
+# DRIVER=deadline runs benchmarks/deadline.py instead (issue 18: N submissions poured in at once,
+#   drain time, latency, GPU utilisation, GPUs a class needs), with this script's worker list;
+#   its options follow, e.g. DRIVER=deadline benchmarks/pipeline_gpu.sh --n 200. JSON: deadline.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,7 +35,7 @@ if [ "${SKIP_WHEELS:-0}" != 1 ]; then
 fi
 export PYTHONPATH="$WORK/site:$ROOT"
 # redis-server and bwrap from the unpacked Debian packages.
-for d in .deb/*.deb; do dpkg -x "$d" "$WORK/deb"; done
+for d in .deb/*.deb; do if [ -e "$d" ]; then dpkg -x "$d" "$WORK/deb"; fi; done
 export LD_LIBRARY_PATH="$WORK/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$WORK/deb/usr/bin:$PATH"
 
@@ -100,10 +104,17 @@ for w in "${WORKERS[@]}"; do
 done
 echo "== redis on $REDIS_PORT, API on $API_PORT, workers ${WORKERS[*]}; setup $(( $(date +%s) - t_start )) s"
 
+case "${DRIVER:-pipeline}" in
+  pipeline) driver=(benchmarks/pipeline_gpu.py --json "$OUT/pipeline.json") ;;
+  # the deadline driver needs the worker layout: its GPU count and which workers share GPUs
+  deadline) driver=(benchmarks/deadline.py --json "$OUT/deadline.json" --device "$DEVICE"
+    --workers "${WORKERS[*]}") ;;
+  *) echo "DRIVER must be pipeline or deadline, not '$DRIVER'" >&2; exit 2 ;;
+esac
 set +e
-"$PY" benchmarks/pipeline_gpu.py --api "http://127.0.0.1:$API_PORT" --token "$TOKEN" \
-  --gpus "$GPUS" --json "$OUT/pipeline.json" "$@"
+"$PY" "${driver[@]}" --api "http://127.0.0.1:$API_PORT" --token "$TOKEN" --gpus "$GPUS" "$@"
 rc=$?
 set -e
-echo "== worker logs (tail)"; grep -E "succeeded|failed|ERROR|WARNING" "$WORK"/worker*.log | tail -n 15 | cut -c1-300
+# (|| true: no matching line, e.g. nothing graded, must not replace the driver's exit status)
+echo "== worker logs (tail)"; grep -E "succeeded|failed|ERROR|WARNING" "$WORK"/worker*.log | tail -n 15 | cut -c1-300 || true
 exit $rc
