@@ -13,6 +13,7 @@ import os
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 from locust import constant, task
 from locust.contrib.fasthttp import FastHttpUser
@@ -31,37 +32,26 @@ class Student(FastHttpUser):
     # a closed loop: each user sends its next request when the last one answered (throughput)
     wait_time = constant(0)
 
+    def _post(self, name: str, url: str, expect: int, **kwargs: Any) -> dict[str, Any] | None:
+        """One request of the flow; a reply other than ``expect`` is a failure and ends it."""
+        with self.client.post(url, name=name, catch_response=True, **kwargs) as r:
+            if r.status_code != expect:
+                r.failure(f"{name}: {r.status_code} {r.text[:200]}")
+                return None
+            return r.json()
+
     @task
     def attempt(self) -> None:
         headers = {"Authorization": f"Bearer {_next_token()}"}
-        with self.client.post(
-            f"/api/v1/quizzes/{QUIZ}/attempts",
-            json={"lang": "en"},
-            headers=headers,
-            name="start",
-            catch_response=True,
-        ) as r:
-            if r.status_code != 201:
-                r.failure(f"start: {r.status_code} {r.text[:200]}")
-                return
-            att = r.json()
+        att = self._post(
+            "start", f"/api/v1/quizzes/{QUIZ}/attempts", 201, json={"lang": "en"}, headers=headers
+        )
+        if att is None:
+            return
         for item in att["items"]:
             choice = random.choice(item["options"])["id"]
-            with self.client.post(
-                f"/api/v1/attempts/{att['id']}/responses",
-                json={"item_id": item["id"], "answer": [choice]},
-                headers=headers,
-                name="answer",
-                catch_response=True,
-            ) as r:
-                if r.status_code != 201:
-                    r.failure(f"answer: {r.status_code} {r.text[:200]}")
-                    return
-        with self.client.post(
-            f"/api/v1/attempts/{att['id']}/submit",
-            headers=headers,
-            name="submit",
-            catch_response=True,
-        ) as r:
-            if r.status_code != 200:
-                r.failure(f"submit: {r.status_code} {r.text[:200]}")
+            body = {"item_id": item["id"], "answer": [choice]}
+            url = f"/api/v1/attempts/{att['id']}/responses"
+            if self._post("answer", url, 201, json=body, headers=headers) is None:
+                return
+        self._post("submit", f"/api/v1/attempts/{att['id']}/submit", 200, headers=headers)

@@ -216,3 +216,18 @@ def test_cuda_records_cover_the_events(rank: Any, monkeypatch: pytest.MonkeyPatc
     assert rec.check(ids, rank, {}) == []
     monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 0.0)
     assert rec.check(ids, rank, {}) == ["Event.elapsed_time"]
+
+
+def test_the_runners_nsa_config_carries_the_references_fields() -> None:
+    # The sandbox cannot import kernels/, so the runner keeps its own copy of NSAConfig's
+    # fields for the config argument; a field added or a default changed on one side only would
+    # hand students a config that differs from the one our reference is timed with.
+    import dataclasses
+
+    from kernels.nsa import NSAConfig
+    from workers.harness.sandboxed.calls import NSAConfig as RunnerNSAConfig
+
+    def fields(cls: type) -> dict[str, object]:
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    assert fields(RunnerNSAConfig) == fields(NSAConfig)
