@@ -263,7 +263,7 @@ def _kill_a_worker_mid_request(server: Gunicorn) -> tuple[int, int]:
     """SIGKILL one worker while it holds a client's connection; (its pid, requests it held)."""
     workers = sorted(_children(server.proc.pid))
     assert len(workers) == 2, workers
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         for victim in workers:
             os.kill(victim, signal.SIGSTOP)  # frozen: it can neither answer nor accept
@@ -295,7 +295,8 @@ def test_sigkilled_gunicorn_worker_loses_and_duplicates_nothing(
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + 15
+    # generous waits: they bound a failure, and CI's two cores may be busy with other work
+    deadline = time.monotonic() + 60
     while load.successes < 60:
         assert not errors, errors
         assert time.monotonic() < deadline, f"too little traffic before the kill: {load.statuses}"
@@ -307,7 +308,7 @@ def test_sigkilled_gunicorn_worker_loses_and_duplicates_nothing(
     assert held >= 1, "the killed worker held no client request"
 
     # gunicorn forks a replacement, which boots and serves; the API answers all along.
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         assert not errors, errors
         assert gunicorn.proc.poll() is None, "the gunicorn master died"
@@ -321,7 +322,7 @@ def test_sigkilled_gunicorn_worker_loses_and_duplicates_nothing(
         )
         time.sleep(0.1)
     after_replacement = load.successes
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while load.successes < after_replacement + 30:
         assert not errors, errors
         assert time.monotonic() < deadline, f"the API stopped answering: {load.statuses}"
