@@ -7,13 +7,14 @@ rules (language, attempts allowed, due date) and its score goes to the assignmen
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session, joinedload, make_transient_to_detached, selectinload
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -120,23 +121,31 @@ def start(
     return attempt, quiz
 
 
-def _load(session: Session, attempt_id: str, lock: bool) -> Attempt | None:
-    """The attempt with its responses and its quiz row's version: every use of an attempt needs
-    its quiz next (``load_quiz`` then answers from its cache without a query of its own)."""
+@functools.cache
+def _attempt_query(locked_rows_first: bool, lock: bool) -> Select[Any]:
+    """The attempt by id with its quiz row's version (built once: every quiz request runs it)."""
     stmt = (
         select(Attempt, QuizRecord.revision, QuizRecord.updated_at)
         .join(QuizRecord, QuizRecord.id == Attempt.quiz_id)
-        .where(Attempt.id == attempt_id)
+        .where(Attempt.id == bindparam("attempt_id"))
     )
-    if lock and is_postgres(session.get_bind()):
+    if lock:
+        stmt = stmt.with_for_update(of=Attempt)
+    if locked_rows_first:
         # The responses in a second statement, once the row lock is held: joined into the
         # locking one, PostgreSQL would return them as of before the wait, without the answer
-        # the request it waited for just committed. (SQLite: a writer's transaction began with
-        # the database's write lock, so nothing can commit in between.)
-        stmt = stmt.with_for_update(of=Attempt).options(selectinload(Attempt.responses))
-    else:
-        stmt = stmt.options(joinedload(Attempt.responses))
-    row = session.execute(stmt).unique().first()
+        # the request it waited for just committed.
+        return stmt.options(selectinload(Attempt.responses))
+    return stmt.options(joinedload(Attempt.responses))
+
+
+def _load(session: Session, attempt_id: str, lock: bool) -> Attempt | None:
+    """The attempt with its responses and its quiz row's version: every use of an attempt needs
+    its quiz next (``load_quiz`` then answers from its cache without a query of its own).
+    (SQLite reads the responses in the same statement even when locking: a writer's
+    transaction began with the database's write lock, so nothing can commit in between.)"""
+    stmt = _attempt_query(lock and is_postgres(session.get_bind()), lock)
+    row = session.execute(stmt, {"attempt_id": attempt_id}).unique().first()
     if row is None:
         return None
     attempt, revision, updated_at = row
