@@ -117,6 +117,16 @@ def test_probes_are_never_limited(tmp_path: Path) -> None:
     assert r.get_json()["code"] == 429 and "Retry-After" in r.headers
 
 
+def test_the_app_wide_pass_runs_only_when_app_wide_limits_are_set(tmp_path: Path) -> None:
+    # kgrade's own limits check themselves on their views; flask-limiter's before-request pass
+    # (a third of a quiz request's CPU) stays only for a deployment's app-wide limits
+    plain = _sqlite_app(tmp_path)
+    hook = rate_limits.limiter(plain)._check_request_limit
+    assert hook not in plain.before_request_funcs[None]
+    limited = _sqlite_app(tmp_path, RATELIMIT_DEFAULT="5 per minute")
+    assert rate_limits.limiter(limited)._check_request_limit in limited.before_request_funcs[None]
+
+
 def test_limits_are_in_the_openapi_document(tmp_path: Path) -> None:
     app = _sqlite_app(tmp_path, SUBMISSION_RATE="4/120")
     spec = app.test_client().get("/api/v1/openapi.json").get_json()
