@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stop_group(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Stop a server a test started in its own session (``start_new_session=True``): SIGTERM
+    to its whole process group, then SIGKILL if it is not gone within ``timeout`` seconds."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 SHARED = ROOT.parent / "shared"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import os
 import secrets
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from sqlalchemy.orm import Session
 from item_bank import load_quiz
 from service import create_app
 from service.db import Base, load_models, write_intent
+from tests.conftest import stop_group
 
 
 def _t(lang: str, text_: str, **tr: str) -> dict[str, str]:
@@ -335,9 +335,4 @@ def running_worker(argv: list[str], env: dict[str, str], folder: Path) -> Iterat
             time.sleep(0.2)
         yield log
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)

@@ -35,7 +35,7 @@ from item_bank import load_quiz
 from service import create_app
 from service.cli.serve import gunicorn_argv
 from service.db import Base, load_models, write_intent
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, stop_group
 from tests.service.conftest import QUIZ_B
 
 STUDENTS = 6
@@ -251,12 +251,7 @@ def gunicorn(database: tuple[str, dict[str, str]], tmp_path: Path) -> Iterator[G
             time.sleep(0.2)
         yield server
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, 20)
 
 
 def _kill_a_worker_mid_request(server: Gunicorn) -> tuple[int, int]:

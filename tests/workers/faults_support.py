@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import time
 import uuid
@@ -16,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, select, text, update
 
+from tests.conftest import stop_group
 from tests.workers.conftest import add_queued_submission
 from workers import store as st
 from workers.queues import QUEUE_CPU, QUEUE_MAINT, worker_argv
@@ -117,13 +117,7 @@ class Worker:
         wait_for("the worker", lambda: b" ready." in self.log.read_bytes(), 60, self.log)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
 
 
 def sender(redis_url: str, env: dict[str, str]) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port as _free_port
+from tests.conftest import stop_group
 from tests.workers.conftest import add_queued_submission
 from tests.workers.faults_support import wait_for as _wait_for
 from workers import store as st
@@ -41,13 +42,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stop_group(proc, timeout)
 
 
 def _job_processes(marker: str) -> list[int]:
