@@ -59,28 +59,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def fresh_postgres(url: str) -> str:
-    """A new empty database ``kgrade_load`` on the server of ``url``; its URL."""
+def _admin(url: str, *statements: str) -> None:
+    """Run ``statements`` on the server of ``url``, connected to its ``postgres`` database."""
     import psycopg
     from sqlalchemy.engine import make_url
 
-    u = make_url(url)
-    admin = u.set(drivername="postgresql", database="postgres").render_as_string(
-        hide_password=False
-    )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {LOAD_DB}")
-    return u.set(database=LOAD_DB).render_as_string(hide_password=False)
+    admin = make_url(url).set(drivername="postgresql", database="postgres")
+    with psycopg.connect(admin.render_as_string(hide_password=False), autocommit=True) as conn:
+        for sql in statements:
+            conn.execute(sql)
+
+
+def fresh_postgres(url: str) -> str:
+    """A new empty database ``kgrade_load`` on the server of ``url``; its URL."""
+    from sqlalchemy.engine import make_url
+
+    _admin(url, f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)", f"CREATE DATABASE {LOAD_DB}")
+    return make_url(url).set(database=LOAD_DB).render_as_string(hide_password=False)
 
 
 def drop_postgres(url: str) -> None:
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url).set(drivername="postgresql", database="postgres")
-    with psycopg.connect(u.render_as_string(hide_password=False), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
+    _admin(url, f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
 
 
 def prepare(url: str, students: int, tokens_file: Path) -> None:

@@ -310,48 +310,48 @@ def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..
         key = _idempotency_key() if idempotent else None
         token_id = current_principal().token_id
         req_hash = _request_hash() if key is not None else ""
-        with write_intent():  # already set by _write_first; kept for callers without it
-            if key is not None:
-                replay = _replay(session, token_id, key, req_hash)
-                if replay is not None:
-                    session.rollback()
-                    return replay
-            try:
-                resp = make_response(func(*args, **kwargs))
-            except HTTPException:
-                # A concurrent request with the same key may have committed while this one
-                # waited on a lock and then failed (e.g. "already answered"): replay it.
-                replay = _replay_after_conflict(session, token_id, key, req_hash)
-                if replay is not None:
-                    return replay
-                raise
-            except BaseException:
+        # inside _write_first: this transaction began with the write intent (endpoint())
+        if key is not None:
+            replay = _replay(session, token_id, key, req_hash)
+            if replay is not None:
                 session.rollback()
-                raise
-            if resp.status_code >= 400:
-                session.rollback()
-                return resp
-            if key is not None:
-                headers = {h: resp.headers[h] for h in ("Location",) if h in resp.headers}
-                session.add(
-                    IdempotencyRecord(
-                        token_id=token_id,
-                        key=key,
-                        request_hash=req_hash,
-                        status=resp.status_code,
-                        body=resp.get_data(as_text=True),
-                        headers=headers,
-                    )
-                )
-            try:
-                session.commit()
-            except IntegrityError:
-                # Lost a race with a concurrent request: same idempotency key, or a unique
-                # constraint such as one response per item.
-                replay = _replay_after_conflict(session, token_id, key, req_hash)
-                if replay is not None:
-                    return replay
-                error(409, "a concurrent request changed the same data first; reload and retry")
+                return replay
+        try:
+            resp = make_response(func(*args, **kwargs))
+        except HTTPException:
+            # A concurrent request with the same key may have committed while this one
+            # waited on a lock and then failed (e.g. "already answered"): replay it.
+            replay = _replay_after_conflict(session, token_id, key, req_hash)
+            if replay is not None:
+                return replay
+            raise
+        except BaseException:
+            session.rollback()
+            raise
+        if resp.status_code >= 400:
+            session.rollback()
             return resp
+        if key is not None:
+            headers = {h: resp.headers[h] for h in ("Location",) if h in resp.headers}
+            session.add(
+                IdempotencyRecord(
+                    token_id=token_id,
+                    key=key,
+                    request_hash=req_hash,
+                    status=resp.status_code,
+                    body=resp.get_data(as_text=True),
+                    headers=headers,
+                )
+            )
+        try:
+            session.commit()
+        except IntegrityError:
+            # Lost a race with a concurrent request: same idempotency key, or a unique
+            # constraint such as one response per item.
+            replay = _replay_after_conflict(session, token_id, key, req_hash)
+            if replay is not None:
+                return replay
+            error(409, "a concurrent request changed the same data first; reload and retry")
+        return resp
 
     return wrapper
