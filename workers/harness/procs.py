@@ -61,8 +61,35 @@ def tree_pids(root: int) -> list[int]:
     """The processes under ``root`` (itself included), read from the host's /proc.
 
     Trusted: counted from outside the sandbox (its PID namespace hides nothing from the host),
-    unlike the thread counts the runner reports about itself.
+    unlike the thread counts the runner reports about itself. Walks each process's threads'
+    ``children`` lists (a few files for a job's tree: the paired loop stops a side before every
+    call, and reading every process's stat on a busy host took milliseconds a call); a kernel
+    without them (CONFIG_PROC_CHILDREN) gets the full scan.
     """
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # gone meanwhile
+            if pid == root:
+                return []
+            continue
+        out.append(pid)
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                    continue  # the thread ended meanwhile
+                return _tree_pids_scan(root)  # no children lists in this kernel
+            except OSError:
+                continue
+    return out
+
+
+def _tree_pids_scan(root: int) -> list[int]:
     kids: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
