@@ -78,15 +78,26 @@ class CheckerProc:
             start_new_session=True,
             text=True,
         )
+        self.pending = 0  # requests sent whose replies are not read yet
 
-    def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin and self.proc.stdout
+    def send(self, cmd: dict[str, Any]) -> None:
+        """A request whose reply is read later (``reply``): the checker works meanwhile."""
+        assert self.proc.stdin
         try:
             self.proc.stdin.write(json.dumps(cmd) + "\n")
             self.proc.stdin.flush()
+        except OSError as e:
+            raise Failure(Verdict.INFRA_ERROR, f"checker died: {e}") from e
+        self.pending += 1
+
+    def reply(self) -> dict[str, Any]:
+        """The oldest unread reply."""
+        assert self.proc.stdout and self.pending > 0
+        try:
             line = self.proc.stdout.readline()
         except OSError as e:
             raise Failure(Verdict.INFRA_ERROR, f"checker died: {e}") from e
+        self.pending -= 1
         if not line:
             err = self.proc.stderr.read()[-3000:] if self.proc.stderr else ""
             raise Failure(Verdict.INFRA_ERROR, f"checker died: {err}")
@@ -96,6 +107,12 @@ class CheckerProc:
                 Verdict.INFRA_ERROR, f"checker error: {rep.get('error')}\n{rep.get('tb', '')}"
             )
         return rep
+
+    def ask(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        while self.pending:  # a reply nobody waited for (a request made ahead, then a failure)
+            self.reply()
+        self.send(cmd)
+        return self.reply()
 
     def close(self) -> None:
         try:

@@ -54,20 +54,39 @@ def import_submission(job: Job, before: Callable[[float], None] | None = None) -
     job.report("import", 1, 1)
 
 
-def run_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> None:
+def run_tests(
+    job: Job, plan: dict[str, Any], tests: list[TestResult], cost: dict[str, float] | None = None
+) -> None:
     """The tests phase: each case of the checker's plan called on every rank and judged by the
     checker, its result appended to ``tests``; the first failure is raised (a hidden case's
-    message says only which case failed and its verdict)."""
+    message says only which case failed and its verdict). The checker makes case i+1 (inputs,
+    fp64 gold) while the runner calls case i. ``cost`` gets the seconds the phase waited on
+    each: ``make_s`` (the checker's next case), ``call_s`` (the runner), ``check_s``."""
     deadline = time.monotonic() + job.ex.limits["tests_s"]
-    assert job.checker
+    checker = job.checker
+    assert checker
+    cost = {} if cost is None else cost
+    for k in ("make_s", "call_s", "check_s"):
+        cost.setdefault(k, 0.0)
     n_cases = len(plan["cases"])
     job.report("tests", 0, n_cases)
+    t0 = time.monotonic()
+    spec = checker.ask({"op": "case", "i": 0}) if n_cases else {}
+    cost["make_s"] += time.monotonic() - t0
     for i, case in enumerate(plan["cases"]):
-        spec = job.checker.ask({"op": "case", "i": i})
         cid = f"c{i}"
         msgs = [{"t": "call", "id": cid, "profile": True, **r} for r in spec["ranks"]]
         job.send_all(msgs, "tests")
+        if i + 1 < n_cases:
+            checker.send({"op": "case", "i": i + 1})
+        t0 = time.monotonic()
         results = job.recv_all(deadline, "tests")
+        t1 = time.monotonic()
+        if i + 1 < n_cases:
+            spec = checker.reply()
+        t2 = time.monotonic()
+        cost["call_s"] += t1 - t0
+        cost["make_s"] += t2 - t1
         failure: Failure | None = None
         for r, (m, sent) in enumerate(zip(results, msgs, strict=True)):
             validate_called(m, cid, len(sent["outputs"]))
@@ -83,7 +102,8 @@ def run_tests(job: Job, plan: dict[str, Any], tests: list[TestResult]) -> None:
             if failure:
                 break
         if failure is None:
-            rep = job.checker.ask({"op": "check", "i": i, "results": results})
+            rep = checker.ask({"op": "check", "i": i, "results": results})
+            cost["check_s"] += time.monotonic() - t2
             if rep.get("verdict"):
                 failure = Failure(Verdict(rep["verdict"]), rep.get("message", ""))
         visible_msg = "" if failure is None else failure.message
