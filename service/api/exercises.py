@@ -82,7 +82,8 @@ class ProgressSchema(Schema):
         metadata={
             "description": "queued, starting, grading, then import, tests (cases), "
             "benchmark (shapes; GPU only), for a passing timed submission confirm-import, "
-            "confirm-tests, confirm-benchmark (a second run with new hidden cases), done; "
+            "confirm-tests, confirm-benchmark (a second run with new hidden cases; its benchmark "
+            "only for a speedup at or above the exercise's target), done; "
             "requeued when a timed run met the GPU off its baseline's state and waits to run "
             "again (KGRADE_CANARY_REQUEUES)"
         },
@@ -303,8 +304,8 @@ class Leaderboard(MethodView):
 
         One entry per student: the highest speedup (geometric mean of t_ref/t_sub over the
         hidden benchmark shapes) among passing submissions; ties go to the earlier one. A
-        speedup counts only once a second run with new hidden cases confirmed it, at the lower
-        of the two runs' speedups.
+        speedup counts only once a second run with new hidden cases passed; one at or above the
+        exercise's target speedup is timed again there and counts at the lower of the two.
         Students see their own name; other students' are null.
         """
         ex = submissions_.exercise(exercise_id)

@@ -6,7 +6,7 @@ import pytest
 
 from workers.exercises import load_exercise
 from workers.harness import timing
-from workers.harness.scoring import confirm
+from workers.harness.scoring import confirm, retime
 from workers.results import GradeResult, TestResult
 from workers.verdicts import Verdict
 
@@ -158,6 +158,35 @@ def test_failing_confirmation_is_the_verdict() -> None:
     r = confirm(ex, _result("PASS", 1.2), _result("WRONG_ANSWER", None))
     assert r.verdict.value == "WRONG_ANSWER" and r.score == 0.0
     assert r.output.startswith("confirmation run")
+
+
+@pytest.mark.parametrize(
+    ("speedup", "review", "expected"),
+    [
+        (1.0, False, True),
+        (2.5, False, True),
+        (0.99, False, False),
+        (0.25, False, False),
+        (0.6, True, True),
+        (None, False, False),
+    ],
+)
+def test_confirmation_is_timed_again_only_where_it_can_change_the_result(
+    speedup: float | None, review: bool, expected: bool
+) -> None:
+    ex = load_exercise("attention-merge")  # target 1.0
+    first = _result("PASS", speedup)
+    if review:
+        first.details["review"] = ["T16k-H16-D128-bf16"]
+    assert retime(ex, first) is expected
+
+
+def test_untimed_confirmation_keeps_the_first_speedup() -> None:
+    ex = load_exercise("attention-merge")
+    first = _result("PASS", 0.8)
+    r = confirm(ex, first, _result("PASS", None))
+    assert r.speedup == 0.8 and r.details["confirmation"]["timed"] is False
+    assert "not timed again" in r.output
 
 
 def test_confirmed_score_uses_the_lower_speedup() -> None:

@@ -133,8 +133,14 @@ def bench_shape(
         if ours is not None and timing.past_floor(sub.samples, ours.samples, clamp):
             sub.floor_stop = True  # the score is clamped at its floor: more calls cannot move it
             break
-        # both sides call until both are done, so paired samples stay paired
-        if all(timing.should_stop(s.samples, s.gpu_s, wall, wall_budget) for s in sides):
+        # both sides call until both are done, so paired samples stay paired; the statistics
+        # (a bootstrap, about 6 ms a side) are read at batch boundaries, the budget every round
+        n = min(len(s.samples) for s in sides)
+        if n >= timing.MAX_ITERS or (n >= timing.MIN_ITERS and wall >= wall_budget):
+            break
+        if not sub.batch and all(
+            timing.should_stop(s.samples, s.gpu_s, wall, wall_budget) for s in sides
+        ):
             break
         # which side goes first alternates (ABBA), so neither always follows the other
         order = sides if sub.i % 2 else sides[::-1]

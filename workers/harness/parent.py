@@ -27,7 +27,7 @@ from workers.harness.channel import CheckerProc
 from workers.harness.failure import Failure
 from workers.harness.job import Job, ProgressFn, _secret, harness_hash, job_gpus
 from workers.harness.phases import import_submission, run_tests
-from workers.harness.scoring import confirm, score
+from workers.harness.scoring import confirm, retime, score
 from workers.results import GradeResult, TestResult, cap_text
 from workers.verdicts import Verdict
 
@@ -93,6 +93,7 @@ def grade(
     only_public: bool = False,
     trusted: bool = False,
     reference_timing: bool = True,
+    timed: bool = True,
     limits: dict[str, float] | None = None,
     progress: ProgressFn | None = None,
     rehearsal: bool | None = None,
@@ -100,6 +101,7 @@ def grade(
     """Grade one submission of ``exercise_id`` in a fresh process tree; never raises for
     anything the submission does (its verdict says it), INFRA_ERROR for our own faults.
 
+    ``timed=False`` skips the benchmark phase (a confirmation run that only has to pass).
     ``progress(phase, done, total)``, if given, is called at each phase start, after each test
     case and after each benchmark shape (see ``ProgressFn``); its exceptions are ignored."""
     t0 = time.monotonic()
@@ -162,10 +164,12 @@ def grade(
             }
         )
         import_submission(job)
-        run_tests(job, plan, tests)
+        tests_cost: dict[str, float] = {}
+        res.details["tests_s"] = tests_cost  # where the phase waited, for operators
+        run_tests(job, plan, tests, tests_cost)
         verdict = Verdict.PASS
         message = f"all {len(tests)} tests passed"
-        if (device == "cuda" or rehearsal) and plan.get("bench") and not only_public:
+        if timed and (device == "cuda" or rehearsal) and plan.get("bench") and not only_public:
             run_benchmark(job, plan, res, reference_timing, grade)
             if rehearsal:
                 res.details["rehearsal"] = True
@@ -214,9 +218,11 @@ def grade_ranked(
     """``grade()``, plus a confirmation run when the result would be ranked (grader spec §6).
 
     A student submission that passes with a speedup is graded once more with another secret
-    (new hidden cases, seeds and probes) before its score counts; see ``confirm``. Trusted
-    reference runs are never ranked and run once. Progress: the first run's phases, then
-    ``confirm-import``, ``confirm-tests``, ``confirm-benchmark``, and one ``done`` at the end.
+    (new hidden cases, seeds and probes) before its score counts; see ``confirm``. Its benchmark
+    runs only where a second timing could change the result (``retime``). Trusted reference
+    runs are never ranked and run once. Progress: the first run's phases, then
+    ``confirm-import``, ``confirm-tests``, ``confirm-benchmark`` (when timed), and one ``done``
+    at the end.
     """
 
     def relay(prefix: str) -> ProgressFn:
@@ -229,9 +235,10 @@ def grade_ranked(
     first = grade(exercise_id, source, progress=relay(""), **kwargs)
     result = first
     if first.passed and first.speedup is not None and not kwargs.get("trusted"):
-        again = {**kwargs, "secret": secrets.token_bytes(32)}
+        ex = load_exercise(exercise_id)
+        again = {**kwargs, "secret": secrets.token_bytes(32), "timed": retime(ex, first)}
         second = grade(exercise_id, source, progress=relay("confirm-"), **again)
-        result = confirm(load_exercise(exercise_id), first, second)
+        result = confirm(ex, first, second)
     if progress is not None:
         with contextlib.suppress(Exception):
             progress("done", 1, 1)

@@ -68,6 +68,22 @@ def rescore(ex: Exercise, res: GradeResult, speedup: float) -> None:
     res.score = total(res, res.tests)
 
 
+def retime(ex: Exercise, first: GradeResult) -> bool:
+    """Whether a passing first run's confirmation is timed again (grader spec §6: a ranked
+    score needs a second passing run; top and anomalous scores an audit).
+
+    Timed again: speedups at or above the exercise's ``target`` (full speed points, the top of
+    the leaderboard, where one lucky timing would pay most) and runs flagged for review (a
+    shape near the roofline floor). Below the target the second run only has to pass: the first
+    run's speedup is a median over up to 200 paired calls (about 1 % of noise on the H200, so
+    at most 0.5 % of the score), and at the clamp's floor a second timing could not lower it
+    at all. A slower second timing would have ranked the submission at the lower of the two.
+    """
+    if first.speedup is None:
+        return False
+    return first.speedup >= float(ex.scoring["target"]) or bool(first.details.get("review"))
+
+
 def confirm(ex: Exercise, first: GradeResult, second: GradeResult) -> GradeResult:
     """Combine a ranked-score candidate with its confirmation run (grader spec §6).
 
@@ -82,6 +98,7 @@ def confirm(ex: Exercise, first: GradeResult, second: GradeResult) -> GradeResul
         return second
     first.details["confirmation"] = {
         "run_id": second.run_id,
+        "timed": second.speedup is not None,
         "speedup": second.speedup,
         "timings": [
             {"name": t.name, "n": t.n, "median_ms": t.median_ms, "speedup": t.speedup}
@@ -95,5 +112,10 @@ def confirm(ex: Exercise, first: GradeResult, second: GradeResult) -> GradeResul
         first.output += (
             f"; a second run with new hidden cases confirmed it ({second.speedup:.3f}x), "
             f"ranked at {ranked:.3f}x"
+        )
+    else:
+        first.output += (
+            f"; a second run with new hidden cases passed (not timed again: a speedup below "
+            f"{float(ex.scoring['target']):.3f}x stands as measured)"
         )
     return first
