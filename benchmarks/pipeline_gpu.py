@@ -225,6 +225,15 @@ def poll(
                     "baseline": details.get("baseline"),
                     # seconds per grading phase (import includes the job's start-up)
                     "phase_s": details.get("phase_s"),
+                    # where the tests phase waited: the checker's next case, the runner, checks
+                    "tests_s": details.get("tests_s"),
+                    # the confirmation run: re-timed or tests only (workers.harness.scoring)
+                    "confirmation": {
+                        k: v
+                        for k, v in (details.get("confirmation") or {}).items()
+                        if k in ("timed", "speedup")
+                    }
+                    or None,
                     "ref_raw_samples_ms": details.get("ref_raw_samples_ms"),
                     "bench_profile": details.get("bench_profile"),
                     # the machine's state against the baseline's (workers.harness canary)
