@@ -10,6 +10,7 @@ forbidden ops, values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -370,7 +371,18 @@ def _jsonable(m: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(v) if isinstance(v, int | float) else str(v)) for k, v in m.items()}
 
 
+def _quick_exit(code: int = 0) -> None:
+    """Leave without the interpreter's teardown of torch (0.3-0.6 s of every job's close on
+    the development CPU, more with a CUDA context): nothing is left to run at exit, the
+    replies are flushed, and the kernel and the driver reclaim the rest."""
+    for stream in (_OUT, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     # Keep the checker quiet: stdout is the reply channel, so stray prints go to stderr.
     sys.stdout = sys.stderr
     main()
+    _quick_exit()

@@ -384,6 +384,13 @@ def main() -> None:
     if a.fds:
         sys.exit(launch(a))
     Rank(a).loop()
+    # Leave without the interpreter's teardown of torch (0.6 s of every job's close on the
+    # development CPU, more with a CUDA context): the harness has said bye, the student's
+    # output is flushed here, and the kernel and the driver reclaim the rest.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
