@@ -29,9 +29,12 @@ from workers.harness import grade, grade_ranked  # noqa: E402
 
 def commit() -> str:
     try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -80,8 +83,10 @@ def main() -> int:
             + f"\nbaseline start {((r.details.get('baseline') or {}).get('start_s'))} s",
             flush=True,
         )
-        print("| shape | warm-up | calls | loop s | ms/call | batch ends | over/reply ms "
-              "| rel se | floor |")
+        print(
+            "| shape | warm-up | calls | loop s | ms/call | batch ends | over/reply ms "
+            "| rel se | floor |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(shape_rows("sub", r.details)))
         conf = r.details.get("confirmation")
