@@ -292,8 +292,10 @@ class Side:
         # a call whose outputs could not be captured (wrong type, dtype, shape) is always
         # checked: the checker names the violation
         checks = sorted(set(checks) | {t for t, _, ok in self.batch if not ok})
-        if self.ours:  # never checked: no captures to write
-            checks = []
+        # Ours writes as many captures as the submission's checks (never read): both runners
+        # then do the same host work between batches. Run 13 (ours writing none) graded our
+        # reference against itself at 1.0016-1.0231 on merge's short, host-bound calls (9 of
+        # 10 shapes above 1.0); run 12, with the same work on both sides, at 0.9961-1.0126.
         key = secrets.randbits(63)
         t0 = time.perf_counter()
         msg = {"t": "emit", "ids": checks, "key": key, "keep": tags[-1]}
