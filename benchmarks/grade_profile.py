@@ -42,7 +42,7 @@ def commit() -> str:
 def shape_rows(name: str, details: dict[str, Any]) -> list[str]:
     rows = []
     prof = details.get("bench_profile") or {}
-    ref = (details.get("baseline") or {}) if isinstance(details.get("baseline"), dict) else {}
+    ref = details.get("baseline") or {}
     for shape, p in prof.items():
         r = ref.get(shape) or {}
         calls = p["calls"] + p["settle_calls"]

@@ -10,7 +10,6 @@ forbidden ops, values.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,7 +27,7 @@ import torch
 from workers.exercises import Exercise, load_exercise
 from workers.harness.contract import output_violation
 from workers.harness.roofline import floor_ms as roofline_floor_ms
-from workers.harness.sandboxed import digests, wire
+from workers.harness.sandboxed import channel, digests, wire
 from workers.harness.sandboxed.inputs import gen_inputs, rank_seed
 from workers.problems import load_problem
 from workers.problems.base import BenchShape, Call, CaseDef, OutSpec
@@ -371,18 +370,8 @@ def _jsonable(m: dict[str, Any]) -> dict[str, Any]:
     return {k: (float(v) if isinstance(v, int | float) else str(v)) for k, v in m.items()}
 
 
-def _quick_exit(code: int = 0) -> None:
-    """Leave without the interpreter's teardown of torch (0.3-0.6 s of every job's close on
-    the development CPU, more with a CUDA context): nothing is left to run at exit, the
-    replies are flushed, and the kernel and the driver reclaim the rest."""
-    for stream in (_OUT, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
     # Keep the checker quiet: stdout is the reply channel, so stray prints go to stderr.
     sys.stdout = sys.stderr
     main()
-    _quick_exit()
+    channel.quick_exit(_OUT, sys.stderr)  # replies flushed, no torch teardown

@@ -6,8 +6,10 @@ for (``workers.harness.channel``): nothing here is trusted once the submission i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import socket
 import sys
 import traceback
@@ -60,3 +62,13 @@ def error_report(e: BaseException) -> dict[str, Any]:
         kind = "resource"
     tb = "".join(traceback.format_exception(e))[-3000:]
     return {"type": name, "msg": str(e)[:1000], "tb": tb, "kind": kind}
+
+
+def quick_exit(*streams: Any) -> None:
+    """Leave without the interpreter's teardown of torch (0.3-0.6 s of every job's close on the
+    development CPU, more with a CUDA context): once a process has said its last word, its
+    ``streams`` are flushed and the kernel and the driver reclaim the rest."""
+    for stream in streams:
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
