@@ -160,7 +160,12 @@ class AttemptById(MethodView):
 @blp.route("/attempts/<string:attempt_id>/responses")
 class AttemptResponses(MethodView):
     @endpoint(
-        blp, roles=("student",), errors=(400, 404, 409, 413, 422), write=True, idempotent=True
+        blp,
+        roles=("student",),
+        errors=(400, 404, 409, 413, 422),
+        write=True,
+        idempotent=True,
+        lock_late=True,
     )
     @blp.arguments(AnswerSchema)
     @blp.response(201, FeedbackSchema, description="First answer to this item, with feedback")
@@ -175,9 +180,9 @@ class AttemptResponses(MethodView):
         chosen option. Answering an item again is a 409 unless the quiz allows re-answering. 409
         too once the attempt is submitted or past its time limit.
         """
-        actor = current_principal()
-        attempt = attempts.get(db.session, actor, attempt_id, lock=True)
-        done = attempts.answer(db.session, actor, attempt, args["item_id"], args["answer"])
+        done = attempts.answer(
+            db.session, current_principal(), attempt_id, args["item_id"], args["answer"]
+        )
         return done.view, 201 if done.created else 200
 
 

@@ -9,6 +9,9 @@ needs beyond flask-smorest's ``@blp.arguments`` / ``@blp.response``; put it abov
 * for ``write=True``: runs the view in one transaction that commits only when the response is a
   success; any error (abort, validation failure, unexpected exception) rolls everything back, so
   bad input never changes stored data,
+* for ``lock_late=True`` (with ``write``): the request begins as a reader and the view takes the
+  write lock itself (``service.db.begin_writing``) once it has read and checked what it needs,
+  so the database's writers wait for each other only during the write,
 * for ``idempotent=True``: stores the response under the caller's ``Idempotency-Key`` in the same
   transaction and replays it for a retry with the same key and body,
 * for ``rate_limit=NAME``: applies that limit of ``service.extensions.rate_limits`` once the caller
@@ -176,6 +179,7 @@ def endpoint(
     write: bool = False,
     idempotent: bool = False,
     rate_limit: str | None = None,
+    lock_late: bool = False,
 ) -> Callable[[F], F]:
     roles = tuple(roles)
 
@@ -186,7 +190,7 @@ def endpoint(
         if write or idempotent:
             f = _transactional(f, idempotent=idempotent)
         f = requires(*roles)(f)
-        if write or idempotent:
+        if (write or idempotent) and not lock_late:
             f = _write_first(f)
         f = blp.doc(security=[{"bearerAuth": []}])(f)
         # Any request may meet the database down (503 with Retry-After, service.api.outage).
@@ -310,7 +314,8 @@ def _transactional(func: Callable[..., Any], *, idempotent: bool) -> Callable[..
         key = _idempotency_key() if idempotent else None
         token_id = current_principal().token_id
         req_hash = _request_hash() if key is not None else ""
-        # inside _write_first: this transaction began with the write intent (endpoint())
+        # inside _write_first this transaction began with the write intent (endpoint()); with
+        # lock_late the view takes it later, and a key stored meanwhile fails the commit below
         if key is not None:
             replay = _replay(session, token_id, key, req_hash)
             if replay is not None:

@@ -15,23 +15,25 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, bindparam, func, select
-from sqlalchemy.orm import Session, joinedload, make_transient_to_detached, selectinload
+from sqlalchemy.orm import Session, joinedload, selectinload
 from sqlalchemy.orm.attributes import set_committed_value
 
-from item_bank.model import Quiz
+from item_bank.model import Item, Quiz
+from item_bank.schema import ID_RE
 from service import grading, quizzes_store
 from service.auth import Principal
 from service.core import assignments as assignments_
 from service.core import grades
 from service.core.errors import conflict, forbidden, invalid, not_found
 from service.core.views import item_view, response_view
-from service.db import advisory_lock, is_postgres
+from service.db import advisory_lock, begin_writing, is_postgres
 from service.db.attempts import IN_PROGRESS, SUBMITTED, Attempt, ResponseRecord
 from service.db.base import utcnow
 from service.db.courses import Assignment
 from service.db.quizzes import QuizRecord
 
 _ATTEMPT_ID = re.compile(r"^[0-9a-f]{32}$")
+_ITEM_ID = re.compile(ID_RE)
 
 
 def load_quiz(session: Session, quiz_id: str, *, field: str = "quiz_id") -> Quiz:
@@ -162,35 +164,159 @@ def get(session: Session, actor: Principal, attempt_id: str, *, lock: bool = Fal
     # Attempt ids are uuid4 hex; anything else cannot exist (and a NUL byte would make
     # PostgreSQL fail the query instead of finding nothing).
     attempt = _load(session, attempt_id, lock) if _ATTEMPT_ID.match(attempt_id) else None
+    _check_visible(actor, attempt_id, attempt)
+    assert attempt is not None
+    return attempt
+
+
+def _check_visible(actor: Principal, attempt_id: str, attempt: Any) -> None:
+    """404 for no attempt or another course's (it does not exist for them), 403 for another
+    student's; ``attempt`` is a row or an ORM object with ``course_id`` and ``user_id``."""
     if attempt is None or attempt.course_id != actor.course_id:
         raise not_found("attempt_id", f"unknown attempt {attempt_id!r}")
     if not actor.is_instructor and attempt.user_id != actor.user_id:
         raise forbidden("this attempt belongs to another student")
-    return attempt
+
+
+def due_at(started_at: datetime, quiz: Quiz) -> datetime | None:
+    minutes = quiz.settings.time_limit_minutes
+    return started_at + timedelta(minutes=minutes) if minutes else None
 
 
 def deadline(attempt: Attempt, quiz: Quiz) -> datetime | None:
-    minutes = quiz.settings.time_limit_minutes
-    return attempt.started_at + timedelta(minutes=minutes) if minutes else None
+    return due_at(attempt.started_at, quiz)
 
 
 @dataclass
 class Answered:
-    record: ResponseRecord
     created: bool
     view: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _Target:
+    """What an answer needs of its attempt, and the item's stored answer if any."""
+
+    id: str
+    quiz_id: str
+    course_id: int
+    user_id: int
+    status: str
+    lang: str
+    started_at: datetime
+    response_id: int | None
+    times_answered: int | None
+
+
+_A, _R, _Q = Attempt.__table__.c, ResponseRecord.__table__.c, QuizRecord.__table__.c
+_WITH_ITEM_RESPONSE = Attempt.__table__.outerjoin(
+    ResponseRecord.__table__, (_R.attempt_id == _A.id) & (_R.item_id == bindparam("item_id"))
+)
+#: The attempt, its quiz row's version and one item's stored answer: one row, no ORM objects
+#: (an answer is most of a quiz's requests; loading the attempt and all its responses as ORM
+#: objects cost more than the rest of the request's database work).
+_ANSWER_TARGET = (
+    select(
+        _A.id,
+        _A.quiz_id,
+        _A.course_id,
+        _A.user_id,
+        _A.status,
+        _A.lang,
+        _A.started_at,
+        _R.id.label("response_id"),
+        _R.times_answered,
+        _Q.revision,
+        _Q.updated_at,
+    )
+    .select_from(_WITH_ITEM_RESPONSE.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
+    .where(_A.id == bindparam("attempt_id"))
+)
+#: Under SQLite's write lock: what a concurrent request could have changed since.
+_RECHECK = (
+    select(_A.status, _R.id, _R.times_answered)
+    .select_from(_WITH_ITEM_RESPONSE)
+    .where(_A.id == bindparam("attempt_id"))
+)
+#: PostgreSQL: the row lock first, then the answer in a statement of its own: joined into the
+#: locking one, it would be read as of before the wait, without the answer just committed.
+_LOCK_STATUS = select(_A.status).where(_A.id == bindparam("attempt_id")).with_for_update()
+_ITEM_RESPONSE = select(_R.id, _R.times_answered).where(
+    _R.attempt_id == bindparam("attempt_id"), _R.item_id == bindparam("item_id")
+)
+
+
 def answer(
-    session: Session, actor: Principal, attempt: Attempt, item_id: str, chosen: list[str]
+    session: Session, actor: Principal, attempt_id: str, item_id: str, chosen: list[str]
 ) -> Answered:
-    """Record an answer and return its immediate feedback (in the attempt's language)."""
-    if actor.is_instructor or attempt.user_id != actor.user_id:
+    """Record an answer and return its immediate feedback (in the attempt's language).
+
+    Read without a lock, the answer is checked and scored first; then the write lock is taken
+    (``begin_writing``) and the two things a concurrent request could have changed meanwhile,
+    the attempt's status and this item's stored answer, are read again; if either moved, the
+    answer is checked again against what is stored now. On SQLite this keeps the database's one
+    writer lock to a SELECT, an INSERT and the commit.
+    """
+    # an id no item can have (a NUL byte, say) looks up none: the check below names it
+    params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
+    target = _answer_target(session, actor, params)
+    quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
+    if begin_writing(session) and _moved(session, target, params):
+        target = _answer_target(session, actor, params)
+        quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
+    conn = session.connection()
+    if target.response_id is None:
+        times = 1
+        row = {"attempt_id": target.id, "item_id": item.id, "times_answered": times, **values}
+        done = conn.execute(ResponseRecord.__table__.insert(), row)
+        response_id = done.inserted_primary_key[0]
+    else:
+        times = (target.times_answered or 0) + 1
+        response_id = target.response_id
+        conn.execute(
+            ResponseRecord.__table__.update()
+            .where(_R.id == response_id)
+            .values(times_answered=times, **values)
+        )
+    # a plain object for the view, never added to the session (nothing for it to flush)
+    rec = ResponseRecord(
+        id=response_id, attempt_id=target.id, item_id=item.id, times_answered=times, **values
+    )
+    view = response_view(rec, item, quiz, target.lang, reanswer=quiz.settings.allow_reanswer)
+    return Answered(target.response_id is None, view)
+
+
+def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -> _Target:
+    attempt_id = params["attempt_id"]
+    row = None
+    if _ATTEMPT_ID.match(attempt_id):
+        row = session.connection().execute(_ANSWER_TARGET, params).first()
+    _check_visible(actor, attempt_id, row)
+    assert row is not None
+    quizzes_store.note_version(session, row.quiz_id, row.revision, row.updated_at)
+    return _Target(
+        row.id,
+        row.quiz_id,
+        row.course_id,
+        row.user_id,
+        row.status,
+        row.lang,
+        row.started_at,
+        row.response_id,
+        row.times_answered,
+    )
+
+
+def _check_answer(
+    session: Session, actor: Principal, target: _Target, item_id: str, chosen: list[str]
+) -> tuple[Quiz, Item, dict[str, Any]]:
+    """Everything ``answer`` decides before writing: refusals, the score, the values to store."""
+    if actor.is_instructor or target.user_id != actor.user_id:
         raise forbidden("only the student taking an attempt answers it")
-    if attempt.status != IN_PROGRESS:
+    if target.status != IN_PROGRESS:
         raise conflict("this attempt is already submitted")
-    quiz = load_quiz(session, attempt.quiz_id)
-    due = deadline(attempt, quiz)
+    quiz = load_quiz(session, target.quiz_id)
+    due = due_at(target.started_at, quiz)
     if due is not None and utcnow() > due:
         raise conflict(f"the time limit passed at {due.isoformat()}; submit the attempt")
     try:
@@ -206,8 +332,8 @@ def answer(
         scored = grading.score_item(item, chosen)
     except grading.AnswerError as exc:
         raise invalid("json", "answer", str(exc)) from None
-    # the attempt's responses are loaded with it (and it is locked): no query to look
-    existing = next((r for r in attempt.responses if r.item_id == item.id), None)
+    if target.response_id is not None and not quiz.settings.allow_reanswer:
+        raise conflict(f"item {item.id!r} is already answered in this attempt")
     values = {
         "item_revision": item.revision,
         "answer": list(scored.answer),
@@ -216,35 +342,21 @@ def answer(
         "max_points": scored.max_points,
         "answered_at": utcnow(),
     }
-    if existing is not None:
-        if not quiz.settings.allow_reanswer:
-            raise conflict(f"item {item.id!r} is already answered in this attempt")
-        rec = existing
-        rec.times_answered += 1
-        for k, v in values.items():
-            setattr(rec, k, v)
-        session.flush()
-        created = False
+    return quiz, item, values
+
+
+def _moved(session: Session, target: _Target, params: dict[str, str]) -> bool:
+    """Whether the stored attempt no longer reads as ``target`` (PostgreSQL: locks it first)."""
+    conn = session.connection()
+    if is_postgres(conn):
+        status = conn.execute(_LOCK_STATUS, params).scalar()
+        row = conn.execute(_ITEM_RESPONSE, params).first()
+        stored = (row.id, row.times_answered) if row is not None else (None, None)
     else:
-        rec = _insert_response(session, attempt, item.id, values)
-        created = True
-    view = response_view(rec, item, quiz, attempt.lang, reanswer=quiz.settings.allow_reanswer)
-    return Answered(rec, created, view)
-
-
-def _insert_response(
-    session: Session, attempt: Attempt, item_id: str, values: dict[str, Any]
-) -> ResponseRecord:
-    """The first answer to an item, inserted with one Core statement (the ORM's unit of work
-    for a single row cost a tenth of a quiz request), then handed to the session as a loaded
-    row and added to the attempt's loaded responses, so the rest of the request sees it."""
-    row = {"attempt_id": attempt.id, "item_id": item_id, "times_answered": 1, **values}
-    done = session.connection().execute(ResponseRecord.__table__.insert(), row)
-    rec = ResponseRecord(id=done.inserted_primary_key[0], **row)
-    make_transient_to_detached(rec)
-    session.add(rec)
-    set_committed_value(attempt, "responses", [*attempt.responses, rec])
-    return rec
+        both = conn.execute(_RECHECK, params).first()
+        status = both.status if both is not None else None
+        stored = (both.id, both.times_answered) if both is not None else (None, None)
+    return (status, *stored) != (target.status, target.response_id, target.times_answered)
 
 
 def submit(session: Session, actor: Principal, attempt: Attempt) -> grading.AttemptScore:

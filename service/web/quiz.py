@@ -159,13 +159,12 @@ def answer(attempt_id: str) -> Response:
     chosen = request.form.getlist("answer")
     partial = request.headers.get("X-Kgrade-Partial") == "1"
     try:
-        with write_intent():
-            db.session.rollback()
-            row = attempts.get(db.session, a, attempt_id, lock=True)
-            if not chosen:
-                raise ServiceError(422, "choose an answer first", location="form", field="answer")
-            attempts.answer(db.session, a, row, item_id, chosen)
-            db.session.commit()
+        db.session.rollback()
+        attempts.get(db.session, a, attempt_id)  # 404/403 before the form's own checks
+        if not chosen:
+            raise ServiceError(422, "choose an answer first", location="form", field="answer")
+        attempts.answer(db.session, a, attempt_id, item_id, chosen)  # takes the write lock
+        db.session.commit()
     except ServiceError as exc:
         db.session.rollback()
         if exc.status != 422:

@@ -209,6 +209,58 @@ def test_concurrent_double_answer_stores_one_response(world: World, session: Ses
     assert _count(session, ResponseRecord) == 1
 
 
+def _race_before_lock(world: World, monkeypatch: Any, racer: Any) -> list[Any]:
+    """Run ``racer`` (another request) once, between an answer's checks and its write lock."""
+    from service.core import attempts as core_attempts
+
+    real, raced, started = core_attempts.begin_writing, [], []
+
+    def racing(session: Session) -> bool:
+        if not started:  # the racer's own answer passes through here too: let it by
+            started.append(True)
+            # another thread: a request of its own (this thread's would share this session)
+            t = threading.Thread(target=lambda: raced.append(racer(world.app.test_client())))
+            t.start()
+            t.join()
+        return real(session)
+
+    monkeypatch.setattr(core_attempts, "begin_writing", racing)
+    return raced
+
+
+def test_answer_checks_again_once_it_holds_the_lock(
+    world: World, session: Session, monkeypatch: Any
+) -> None:
+    aid = world.start("quiz-a")["id"]
+    url = f"/api/v1/attempts/{aid}/responses"
+    raced = _race_before_lock(
+        world,
+        monkeypatch,
+        lambda c: c.post(url, headers=world.h("alice"), json={"item_id": "q1", "answer": ["b"]}),
+    )
+    r = world.answer(aid, "q1", ["a"])
+    assert raced[0].status_code == 201  # the other request answered q1 first
+    assert r.status_code == 409 and "already answered" in r.get_json()["message"]
+    assert _count(session, ResponseRecord) == 1
+    stored = session.execute(select(ResponseRecord.answer)).scalar_one()
+    assert stored == ["b"]
+
+
+def test_answer_refused_when_the_attempt_is_submitted_before_its_lock(
+    world: World, session: Session, monkeypatch: Any
+) -> None:
+    aid = world.start("quiz-a")["id"]
+    raced = _race_before_lock(
+        world,
+        monkeypatch,
+        lambda c: c.post(f"/api/v1/attempts/{aid}/submit", headers=world.h("alice")),
+    )
+    r = world.answer(aid, "q1", ["a"])
+    assert raced[0].status_code == 200
+    assert r.status_code == 409 and "already submitted" in r.get_json()["message"]
+    assert _count(session, ResponseRecord) == 0
+
+
 def test_time_limit(world: World, session: Session) -> None:
     world.put("/api/v1/quizzes/quiz-b", "prof", json=quiz_data(
         world.get("/api/v1/quizzes/quiz-b/data", "prof").get_json(),
