@@ -192,16 +192,22 @@ def endpoint(
         f = requires(*roles)(f)
         if (write or idempotent) and not lock_late:
             f = _write_first(f)
-        f = blp.doc(security=[{"bearerAuth": []}])(f)
+        # flask-smorest's doc decorators each wrap the view in a call layer of their own; the
+        # documentation they collect (``_apidoc``) is all that is wanted here, so it is built on
+        # a stand-in and set on ``f``, which keeps no layer per documented status.
+        doc: Callable[..., Any] = blp.doc(security=[{"bearerAuth": []}])(f)
         # Any request may meet the database down (503 with Retry-After, service.api.outage).
         codes = {401, 403, 503, *errors}
         if rate_limit is not None:
             codes.add(429)
         if idempotent:
             codes |= {400, 422}
-            f = blp.doc(parameters=[IDEMPOTENCY_PARAM])(f)
+            doc = blp.doc(parameters=[IDEMPOTENCY_PARAM])(doc)
         for code in sorted(codes):
-            f = blp.alt_response(code, schema=ErrorSchema, description=ERROR_DESCRIPTIONS[code])(f)
+            doc = blp.alt_response(code, schema=ErrorSchema, description=ERROR_DESCRIPTIONS[code])(
+                doc
+            )
+        f._apidoc = doc._apidoc  # type: ignore[attr-defined]
         return f  # type: ignore[return-value]
 
     return decorator

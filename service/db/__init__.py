@@ -52,22 +52,32 @@ def begin_writing(session: Any) -> bool:
     before may have changed since (the caller checks it again, under the lock now held).
 
     SQLite: a transaction that began to read (no write intent) holds a snapshot that cannot
-    become a write once another connection has committed, so it ends here (it must hold no
-    unsaved changes) and a new one begins with the write lock (``write_intent``). Requests that
-    read much and write a row (an answer) so hold the database's single writer lock only for the
-    write, not for their whole run. PostgreSQL: the transaction goes on; the caller takes the
-    row locks it needs (``SELECT ... FOR UPDATE`` reads the latest committed row).
+    become a write once another connection has committed, so on the same connection its
+    snapshot ends (it must hold no unsaved changes) and a transaction with the write lock
+    begins, unseen by SQLAlchemy, for which it is one transaction throughout (one pool checkout,
+    one commit). Requests that read much and write a row (an answer) so hold the database's
+    single writer lock only for the write, not for their whole run. PostgreSQL: the
+    transaction goes on; the caller takes the row locks it needs (``SELECT ... FOR UPDATE``
+    reads the latest committed row).
     """
     if is_postgres(session.get_bind()):
         return True
-    if session.in_transaction():
-        if session.connection().info.get(_WRITING):
-            return False
-        if session.new or session.dirty or session.deleted:
-            raise RuntimeError("begin_writing: the read transaction holds unsaved changes")
-        session.commit()
-    with write_intent():
-        session.connection()
+    if not session.in_transaction():
+        with write_intent():
+            session.connection()
+        return True
+    conn = session.connection()
+    if conn.info.get(_WRITING):
+        return False
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("begin_writing: the read transaction holds unsaved changes")
+    dbapi_conn = conn.connection.dbapi_connection
+    if isinstance(dbapi_conn, _WriterQueueConnection):
+        dbapi_conn.restart_as_writer()
+    else:
+        conn.exec_driver_sql("COMMIT")
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    conn.info[_WRITING] = True
     return True
 
 
@@ -90,12 +100,16 @@ class _WriterQueueConnection(sqlite3.Connection):
     up front still has SQLite's busy timeout.
     """
 
+    lock_path: str | None = None  # set when connected (``_setup_sqlite``)
     _lock_fd: int | None = None
     _holding = False
 
-    def begin_write(self, lock_path: str) -> None:
+    def begin_write(self) -> None:
+        if self.lock_path is None:
+            self.execute("BEGIN IMMEDIATE")
+            return
         if self._lock_fd is None:
-            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # blocks without the GIL
         self._holding = True
         try:
@@ -103,6 +117,11 @@ class _WriterQueueConnection(sqlite3.Connection):
         except BaseException:
             self._release()
             raise
+
+    def restart_as_writer(self) -> None:
+        """End the read transaction under way (it wrote nothing) and begin a writing one."""
+        self.execute("COMMIT")
+        self.begin_write()
 
     def _release(self) -> None:
         if self._holding and self._lock_fd is not None:
@@ -137,6 +156,8 @@ def _setup_sqlite(engine: Engine, lock_path: str | None) -> None:
         # Let SQLAlchemy's "begin" hook below issue BEGIN itself (pysqlite's own implicit
         # transaction handling cannot do BEGIN IMMEDIATE).
         dbapi_conn.isolation_level = None
+        if isinstance(dbapi_conn, _WriterQueueConnection):
+            dbapi_conn.lock_path = lock_path
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
@@ -153,8 +174,8 @@ def _setup_sqlite(engine: Engine, lock_path: str | None) -> None:
             conn.exec_driver_sql("BEGIN")
             return
         dbapi_conn = conn.connection.dbapi_connection
-        if lock_path is not None and isinstance(dbapi_conn, _WriterQueueConnection):
-            dbapi_conn.begin_write(lock_path)
+        if isinstance(dbapi_conn, _WriterQueueConnection):
+            dbapi_conn.begin_write()
         else:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
@@ -166,10 +187,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         lock_path = None
-        connect_args: dict[str, Any] = {"timeout": 30}
+        connect_args: dict[str, Any] = {"timeout": 30, "factory": _WriterQueueConnection}
         if parsed.database and parsed.database != ":memory:" and "mode=memory" not in url:
             lock_path = f"{parsed.database}.writers"
-            connect_args["factory"] = _WriterQueueConnection
         engine = create_engine(url, connect_args=connect_args, **kwargs)
         _setup_sqlite(engine, lock_path)
         return engine
