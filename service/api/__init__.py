@@ -12,8 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from flask import Flask, Request
-from flask.sessions import SecureCookieSessionInterface, SessionMixin
+from flask import Flask
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import IntegerConverter
@@ -65,17 +64,6 @@ class DbIdConverter(IntegerConverter):
 
 def _db_id_schema(_converter: DbIdConverter) -> dict[str, Any]:
     return {"type": "integer", "minimum": 1, "maximum": MAX_DB_ID}
-
-
-class BearerOnlySessionInterface(SecureCookieSessionInterface):
-    """Flask's signed-cookie session, never opened for the API: its callers authenticate with
-    bearer tokens, and opening the session (a signing serializer built per request, the cookie
-    looked for and saved) cost more than a quiz answer's own checks. The pages keep theirs."""
-
-    def open_session(self, app: Flask, request: Request) -> SessionMixin | None:
-        if request.path.startswith("/api/"):
-            return self.make_null_session(app)
-        return super().open_session(app, request)
 
 
 def make_api(app: Flask) -> Api:
@@ -136,7 +124,6 @@ def register_api(app: Flask) -> None:
     from service.api.outage import register_outage_handler
 
     api = make_api(app)
-    app.session_interface = BearerOnlySessionInterface()
     register_outage_handler(app)
     # Before the blueprints: their rules look the converter up when they are added.
     app.url_map.converters["db_id"] = DbIdConverter

@@ -5,8 +5,9 @@ A request that meets the outage has changed nothing: every write runs in one tra
 (``service.api.common.endpoint``) that either commits whole or not at all, so the client may
 simply retry, with the same ``Idempotency-Key`` for a write (a commit whose answer was lost in
 the outage is then replayed, not repeated). The connection pool recovers on its own: a
-disconnect invalidates the pool's connections and ``pool_pre_ping`` tests each one it hands
-out, so the first request after the restart gets a fresh connection.
+disconnect invalidates the pool's connections, and a connection that sat unused for a few
+seconds is tested before it is handed out (``service.db._ping_when_idle``), so after a restart
+at most the request that meets a dead connection first gets the 503; the next get fresh ones.
 """
 
 from __future__ import annotations

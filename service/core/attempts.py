@@ -232,17 +232,30 @@ _ANSWER_TARGET = (
     .select_from(_WITH_ITEM_RESPONSE.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
     .where(_A.id == bindparam("attempt_id"))
 )
-#: Under SQLite's write lock: what a concurrent request could have changed since.
-_RECHECK = (
-    select(_A.status, _R.id, _R.times_answered)
-    .select_from(_WITH_ITEM_RESPONSE)
-    .where(_A.id == bindparam("attempt_id"))
-)
-#: PostgreSQL: the row lock first, then the answer in a statement of its own: joined into the
-#: locking one, it would be read as of before the wait, without the answer just committed.
-_LOCK_STATUS = select(_A.status).where(_A.id == bindparam("attempt_id")).with_for_update()
-_ITEM_RESPONSE = select(_R.id, _R.times_answered).where(
-    _R.attempt_id == bindparam("attempt_id"), _R.item_id == bindparam("item_id")
+#: The status once the write lock is held (PostgreSQL: the attempt's row lock, which answers and
+#: submits of the same attempt take in turn, and the latest committed status).
+_STATUS = select(_A.status).where(_A.id == bindparam("attempt_id"))
+_LOCKED_STATUS = _STATUS.with_for_update()
+
+
+def _insert_new(dialect: str) -> Any:
+    """A first answer that yields its id, or nothing when the item has one already (a
+    concurrent request's: the unique constraint is the judge, read at the latest commit)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(ResponseRecord.__table__).on_conflict_do_nothing(
+        index_elements=["attempt_id", "item_id"]
+    )
+    return stmt.returning(_R.id)
+
+
+_INSERT_NEW = {d: _insert_new(d) for d in ("postgresql", "sqlite")}
+#: A repeated answer replaces the stored one only if no other request replaced it meanwhile.
+_REPLACE = (
+    ResponseRecord.__table__.update()
+    .where(_R.id == bindparam("response_id"), _R.times_answered == bindparam("times_before"))
+    .values(times_answered=_R.times_answered + 1)
 )
 
 
@@ -252,38 +265,50 @@ def answer(
     """Record an answer and return its immediate feedback (in the attempt's language).
 
     Read without a lock, the answer is checked and scored first; then the write lock is taken
-    (``begin_writing``) and the two things a concurrent request could have changed meanwhile,
-    the attempt's status and this item's stored answer, are read again; if either moved, the
-    answer is checked again against what is stored now. On SQLite this keeps the database's one
-    writer lock to a SELECT, an INSERT and the commit.
+    (``begin_writing``) and the two things a concurrent request could have changed meanwhile
+    are checked: the attempt's status (read again) and this item's stored answer (the insert or
+    replacement applies only to the answer that was read); if either moved, the answer is
+    checked again against what is stored now. On SQLite this keeps the database's one writer
+    lock to a SELECT, an INSERT and the commit; on PostgreSQL an answer is one round trip less.
     """
     # an id no item can have (a NUL byte, say) looks up none: the check below names it
     params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
     target = _answer_target(session, actor, params)
     quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
-    if begin_writing(session) and _moved(session, target, params):
+    if begin_writing(session) and _status_moved(session, target):
         target = _answer_target(session, actor, params)
         quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
-    conn = session.connection()
-    if target.response_id is None:
-        times = 1
-        row = {"attempt_id": target.id, "item_id": item.id, "times_answered": times, **values}
-        done = conn.execute(ResponseRecord.__table__.insert(), row)
-        response_id = done.inserted_primary_key[0]
-    else:
-        times = (target.times_answered or 0) + 1
-        response_id = target.response_id
-        conn.execute(
-            ResponseRecord.__table__.update()
-            .where(_R.id == response_id)
-            .values(times_answered=times, **values)
-        )
+    stored = _store(session, target, item.id, values)
+    if stored is None:  # another request answered the item after it was read: check again
+        target = _answer_target(session, actor, params)
+        quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
+        stored = _store(session, target, item.id, values)
+        if stored is None:  # the attempt's lock is held: nothing else can answer it now
+            raise RuntimeError(f"answer to {item.id!r} of {attempt_id!r} moved under the lock")
+    response_id, times = stored
     # a plain object for the view, never added to the session (nothing for it to flush)
     rec = ResponseRecord(
         id=response_id, attempt_id=target.id, item_id=item.id, times_answered=times, **values
     )
     view = response_view(rec, item, quiz, target.lang, reanswer=quiz.settings.allow_reanswer)
     return Answered(target.response_id is None, view)
+
+
+def _store(
+    session: Session, target: _Target, item_id: str, values: dict[str, Any]
+) -> tuple[int, int] | None:
+    """Insert or replace the item's answer as ``target`` read it: (its id, times answered), or
+    None if the stored answer is no longer the one read (a concurrent request's came first)."""
+    conn = session.connection()
+    if target.response_id is None:
+        row = {"attempt_id": target.id, "item_id": item_id, "times_answered": 1, **values}
+        new_id = conn.execute(_INSERT_NEW[conn.dialect.name], row).scalar()
+        return None if new_id is None else (int(new_id), 1)
+    before = target.times_answered or 0
+    params = {"response_id": target.response_id, "times_before": before}
+    if conn.execute(_REPLACE.values(**values), params).rowcount != 1:
+        return None
+    return target.response_id, before + 1
 
 
 def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -> _Target:
@@ -345,18 +370,11 @@ def _check_answer(
     return quiz, item, values
 
 
-def _moved(session: Session, target: _Target, params: dict[str, str]) -> bool:
-    """Whether the stored attempt no longer reads as ``target`` (PostgreSQL: locks it first)."""
+def _status_moved(session: Session, target: _Target) -> bool:
+    """Whether the attempt's status changed since ``target`` was read (PostgreSQL: locks it)."""
     conn = session.connection()
-    if is_postgres(conn):
-        status = conn.execute(_LOCK_STATUS, params).scalar()
-        row = conn.execute(_ITEM_RESPONSE, params).first()
-        stored = (row.id, row.times_answered) if row is not None else (None, None)
-    else:
-        both = conn.execute(_RECHECK, params).first()
-        status = both.status if both is not None else None
-        stored = (both.id, both.times_answered) if both is not None else (None, None)
-    return (status, *stored) != (target.status, target.response_id, target.times_answered)
+    stmt = _LOCKED_STATUS if is_postgres(conn) else _STATUS
+    return conn.execute(stmt, {"attempt_id": target.id}).scalar() != target.status
 
 
 def submit(session: Session, actor: Principal, attempt: Attempt) -> grading.AttemptScore:
