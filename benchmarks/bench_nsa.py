@@ -12,19 +12,30 @@ identical inputs at T=32k and 64k: per-branch times, the total forward of every
 (selection, compressed) combination, and each variant's outputs against v1's:
 
     python benchmarks/bench_nsa.py --variants [--seqs 32768 65536] [--tune-max 2]
+
+``--backward`` times training instead: the no-grad forward, the forward that keeps what the
+backward needs, forward + backward (``torch.autograd.grad`` w.r.t. q, k, v, gates), and a
+per-branch breakdown of the backward kernels, beside dense causal SDPA cuDNN fwd+bwd:
+
+    python benchmarks/bench_nsa.py --backward [--seqs 16384 32768 65536] [--tune-max 2]
+
+``--device cpu`` with TRITON_INTERPRET=1 and a tiny shape (``--seqs 128 --hq 4 --hkv 1
+--dim 16``) smoke-tests that mode without a GPU (wall-clock medians there, not CUDA events).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("NSA_AUTOTUNE", "1")  # before kernels are imported: tune each kernel
-if "--variants" in sys.argv:
+if "--variants" in sys.argv or "--backward" in sys.argv:
     # bound compile time (< 5 min in all): each kernel tunes over its first k configs only
     _k = sys.argv[sys.argv.index("--tune-max") + 1] if "--tune-max" in sys.argv else "2"
     os.environ.setdefault("NSA_AUTOTUNE_MAX", _k)
@@ -52,6 +63,23 @@ B, HQ, HKV, D = 1, 64, 4, 128
 
 def bench(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def commit() -> str:
+    """Short hash of the checked-out commit (+ "-dirty" with uncommitted changes)."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return (sha or "unknown") + ("-dirty" if sha and dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def flops(t: int, cfg: NSAConfig) -> dict[str, float]:
@@ -175,9 +203,20 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true", help="compare kernel variants")
     ap.add_argument("--sel", nargs="+", default=list(SEL_VARIANTS), help="selection variants")
     ap.add_argument("--cmp", nargs="+", default=list(COMPRESSED_IMPLS), help="cmp variants")
-    ap.add_argument("--tune-max", type=int, default=2, help="--variants: configs tuned/kernel")
+    ap.add_argument(
+        "--tune-max", type=int, default=2, help="--variants/--backward: configs tuned/kernel"
+    )
+    ap.add_argument("--backward", action="store_true", help="time forward + backward")
+    ap.add_argument("--device", default="cuda", help="--backward: cpu needs TRITON_INTERPRET=1")
+    ap.add_argument("--hq", type=int, default=HQ, help="--backward: query heads")
+    ap.add_argument("--hkv", type=int, default=HKV, help="--backward: KV heads")
+    ap.add_argument("--dim", type=int, default=D, help="--backward: head dim")
     args = ap.parse_args()
     print("command: PYTHONUNBUFFERED=1 python3 " + " ".join(sys.argv))
+    print(f"commit {commit()}")
+    if args.backward:
+        run_backward(args.seqs or [16384, 32768, 65536], args.device, args.hq, args.hkv, args.dim)
+        return
     if not torch.cuda.is_available():
         print("bench_nsa: needs CUDA")
         return
@@ -430,6 +469,157 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
     print("|" + "---|" * (len(seqs) + 2))
     for name, chk, cells in table:
         print(f"| {name} | " + " | ".join(cells.get(t, "—") for t in seqs) + f" | {chk} |")
+
+
+# ---- forward + backward (--backward) ---------------------------------------------------------
+
+
+def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> None:
+    """One table: fwd (no grad), fwd keeping the backward's tensors, fwd+bwd, per-branch bwd."""
+    from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.backward import _forward_parts
+    from kernels.nsa.compressed_bwd import compressed_bwd_triton
+    from kernels.nsa.selection_bwd import selection_bwd_triton
+    from kernels.nsa.validate import check_nsa_args
+    from kernels.nsa.window_bwd import window_bwd_triton
+
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("bench_nsa --backward: needs CUDA (or --device cpu with TRITON_INTERPRET=1)")
+        return
+    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        print("bench_nsa --backward --device cpu: set TRITON_INTERPRET=1 (Triton path on CPU)")
+        return
+    name = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
+    print(f"device {name} torch {torch.__version__} triton {triton.__version__}")
+
+    def timer(fn: Callable[[], object]) -> float:
+        if cuda:
+            return bench(fn)  # CUDA-event median after warm-up
+        fn()
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+        return sorted(times)[1]
+
+    cfg = NSAConfig()
+    dtype = torch.bfloat16
+    rows: dict[str, dict[int, str]] = {}
+
+    def timed(row: str, t: int, fn: Callable[[], object]) -> float | None:
+        try:
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+            ms: float | None = timer(fn)
+            rows.setdefault(row, {})[t] = f"{ms:.2f}"
+        except Exception as exc:  # one failure must not hide the other rows
+            print(f"  T={t:6d} {row}: FAILED {type(exc).__name__}: {exc}")
+            traceback.print_exc(limit=4)
+            rows.setdefault(row, {})[t] = "FAILED"
+            ms = None
+        print(f"  T={t:6d} {row:36s} " + ("FAILED" if ms is None else f"{ms:9.3f} ms"))
+        return ms
+
+    def one(t: int) -> None:  # a function: its tensors are freed on return
+        gen = torch.Generator(device=device).manual_seed(t)
+        q = torch.randn(B, t, hq, dim, device=device, generator=gen).to(dtype)
+        k = torch.randn(B, t, hkv, dim, device=device, generator=gen).to(dtype)
+        v = torch.randn(B, t, hkv, dim, device=device, generator=gen).to(dtype)
+        gates = torch.rand(B, t, hq, 3, device=device, generator=gen)
+        dout = torch.randn(B, t, hq, dim, device=device, generator=gen).to(dtype)
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, gates)]
+
+        def fwd_nograd() -> object:
+            with torch.no_grad():
+                return nsa_attention(q, k, v, gates, cfg)
+
+        def fwd_grad() -> object:
+            return nsa_attention(*leaves, cfg)
+
+        def fwd_bwd() -> object:
+            return torch.autograd.grad(nsa_attention(*leaves, cfg), leaves, dout)
+
+        timed("fwd (no grad)", t, fwd_nograd)
+        fwd_ms = timed("fwd (grad: keeps o_*, lse_*, k̃)", t, fwd_grad)
+        tot = timed("fwd+bwd", t, fwd_bwd)
+        if fwd_ms is not None and tot is not None:
+            rows.setdefault("bwd (fwd+bwd − fwd)", {})[t] = f"{tot - fwd_ms:.2f}"
+
+        # per-branch backward kernels on the forward's saved tensors (results discarded)
+        dims = check_nsa_args(q, k, v, gates, cfg, None, None, None)
+        parts = _forward_parts(q, k, v, gates, None, None, None, cfg, dims)
+        o_cmp, o_slc, o_win = parts["o"]
+        lse_cmp, lse_slc, lse_win = parts["lse"]
+        dd = bwd_preprocess(dout, o_cmp, o_slc, o_win)
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=device)
+        dk = torch.zeros(k.shape, dtype=torch.float32, device=device)
+        dv = torch.zeros(v.shape, dtype=torch.float32, device=device)
+        dkc = torch.zeros(parts["kc32"].shape, dtype=torch.float32, device=device)
+        dvc = torch.zeros(parts["vc"].shape, dtype=torch.float32, device=device)
+        scale = dims.scale
+        timed("  bwd preprocess (D, dgates)", t, lambda: bwd_preprocess(dout, *parts["o"]))
+        timed(
+            "  bwd window dq+dk+dv",
+            t,
+            lambda: window_bwd_triton(
+                q, k, v, dout, lse_win, dd, gates, cfg.window, scale, dq=dq, dk=dk, dv=dv
+            ),
+        )
+        sel = (q, k, v, parts["idx"], dout, lse_slc, dd, gates, cfg, scale)
+        timed("  bwd selection dq", t, lambda: selection_bwd_triton(*sel, dq=dq, dk=None, dv=None))
+        timed(
+            "  bwd selection dk+dv (incl. map)",
+            t,
+            lambda: selection_bwd_triton(*sel, dq=None, dk=dk, dv=dv),
+        )
+        cmp_args = (q, parts["kc32"], parts["vc"], dout, lse_cmp, dd, gates, cfg, scale)
+        split = parts["split"]
+        timed(
+            "  bwd compressed dq",
+            t,
+            lambda: compressed_bwd_triton(*cmp_args, split, dq=dq, dkc=None, dvc=None),
+        )
+        timed(
+            "  bwd compressed dk̃+dṽ",
+            t,
+            lambda: compressed_bwd_triton(*cmp_args, split, dq=None, dkc=dkc, dvc=dvc),
+        )
+        if cuda:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+            dense = [
+                x.clone().requires_grad_(True)
+                for x in (
+                    q.transpose(1, 2),
+                    k.repeat_interleave(hq // hkv, dim=2).transpose(1, 2),
+                    v.repeat_interleave(hq // hkv, dim=2).transpose(1, 2),
+                )
+            ]
+            d_out = dout.transpose(1, 2)
+
+            def dense_fwd_bwd() -> object:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.autograd.grad(sdpa(*dense, is_causal=True), dense, d_out)
+
+            timed("dense causal SDPA cuDNN fwd+bwd", t, dense_fwd_bwd)
+
+    for t in seqs:
+        one(t)
+        if cuda:
+            torch.cuda.empty_cache()
+    print(
+        f"\n## NSA fwd+bwd, B={B} Hq={hq} Hkv={hkv} D={dim} bf16, paper config; ms "
+        f"({'CUDA-event' if cuda else 'wall-clock'} medians); commit {commit()}"
+    )
+    print("goal @64k (spec §7): fwd ≤ 35 ms, fwd+bwd ≤ 120 ms")
+    print("| row | " + " | ".join(f"T={t}" for t in seqs) + " |")
+    print("|" + "---|" * (len(seqs) + 1))
+    for row, cells in rows.items():
+        print(f"| {row} | " + " | ".join(cells.get(t, "—") for t in seqs) + " |")
 
 
 def _order(name: str) -> int:

@@ -89,19 +89,8 @@ def _split_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, (x - hi.float()).half()
 
 
-def _check_forward_only(**tensors: torch.Tensor | None) -> None:
-    """The kernels have no backward yet: an output without a graph would train nothing without
-    a word (the loss would not reach q, k, v or the gates), so a request for gradients is an
-    error that says what to do instead."""
-    if not torch.is_grad_enabled():
-        return
-    wanted = [n for n, t in tensors.items() if t is not None and t.requires_grad]
-    if wanted:
-        raise NotImplementedError(
-            f"nsa_attention is forward-only, but {', '.join(wanted)} require grad: run it under "
-            "torch.no_grad() / torch.inference_mode() (or .detach() the inputs) for inference; "
-            "for gradients use kernels.nsa.naive.nsa_attention_naive (plain PyTorch, autograd)"
-        )
+def _wants_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def nsa_attention(
@@ -120,13 +109,23 @@ def nsa_attention(
 
     q [B,T,Hq,Dk], k [B,T,Hkv,Dk], v [B,T,Hkv,Dv], gates [B,T,Hq,3] in [0,1] (cmp, slc, win).
     Returns out [B,T,Hq,Dv] in q.dtype, or (out, NSAAux) with return_aux=True.
-    Forward only: asking for gradients raises (see ``_check_forward_only``).
+
+    Differentiable w.r.t. q, k, v, gates (and k_cmp, v_cmp with compress="given"); the block
+    selection gets no gradient. On the Triton path a request for gradients runs the same
+    kernels through ``backward.NSAFunction`` (Triton backward; aux then carries no gradient);
+    plain CPU tensors train through autograd of the chunked PyTorch path below.
     """
-    _check_forward_only(q=q, k=k, v=v, gates=gates, k_cmp=k_cmp, v_cmp=v_cmp)
     dims = check_nsa_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
     cfg = config
-    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     fast = use_triton(q)
+    if fast and _wants_grad(q, k, v, gates, k_cmp, v_cmp):
+        # imported here: backward.py builds on this module's helpers (circular at import time)
+        from kernels.nsa.backward import nsa_attention_trainable
+
+        return nsa_attention_trainable(
+            q, k, v, gates, cfg, dims, k_cmp, v_cmp, block_indices, return_aux
+        )
+    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     kc_dtype = _compressed_dtype(q, k, v, k_cmp, v_cmp) if fast else torch.float32
     # fp16 k̃ is kept only as hi + lo parts of an fp32 k̃ (see _compressed_dtype)
     split = kc_dtype == torch.float16

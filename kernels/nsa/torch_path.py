@@ -88,7 +88,8 @@ def compressed_torch(
         o[:, t0:t1] = oc.permute(0, 3, 1, 2, 4).reshape(b, t1 - t0, hq, dv)
         lse[:, t0:t1] = lse_c.permute(0, 3, 1, 2).reshape(b, t1 - t0, hq)
         if idx is not None and omega is not None:
-            s = p.sum(dim=2) @ omega  # [B, Hkv, C, Ts]: group sum, then ω transform
+            # scores pick blocks (discrete): no gradient, as the reference detaches p_cmp
+            s = p.detach().sum(dim=2) @ omega  # [B, Hkv, C, Ts]: group sum, then ω transform
             j = torch.arange(ts, device=dev)[None, :]
             current = pos[:, None] // cfg.sel_block
             eligible = j <= current

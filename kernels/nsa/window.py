@@ -35,7 +35,9 @@ def _win_configs() -> list[triton.Config]:
     )
 
 
-@triton.autotune(configs=_win_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE"])
+@triton.autotune(
+    configs=_win_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW"]
+)
 @triton.jit
 def nsa_window_fwd_kernel(
     Q,  # [B, T, Hq, Dk]
@@ -46,6 +48,7 @@ def nsa_window_fwd_kernel(
     OC,  # [B, T, Hq, Dv] fp32 o_cmp (COMBINE only)
     OS,  # [B, T, Hq, Dv] fp32 o_slc (COMBINE only)
     GATES,  # [B, T, Hq, 3] (COMBINE only)
+    OW,  # [B, T, Hq, Dv] fp32 o_win, O's strides (COMBINE and WRITE_OW only)
     sq_b,
     sq_t,
     sq_h,
@@ -77,6 +80,7 @@ def nsa_window_fwd_kernel(
     BLOCK_DK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     COMBINE: tl.constexpr,
+    WRITE_OW: tl.constexpr,  # the backward needs o_win beside the combined out
     DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -152,6 +156,8 @@ def nsa_window_fwd_kernel(
         o_s = tl.load(OS + bptr, mask=omask, other=0.0)
         out = g0[:, None] * o_c + g1[:, None] * o_s + g2[:, None] * o_win
         tl.store(O + optr, out.to(O.dtype.element_ty), mask=omask)
+        if WRITE_OW:
+            tl.store(OW + optr, o_win, mask=omask)
     else:
         tl.store(O + optr, o_win, mask=omask)
 
@@ -165,9 +171,13 @@ def window_triton(
     *,
     combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     alloc: object = torch.empty,
+    o_win: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Window branch. combine=None → (o_win fp32, lse_win); combine=(o_cmp, o_slc, gates) →
-    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32."""
+    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32.
+
+    With combine, o_win (a contiguous fp32 [B, T, Hq, Dv] buffer) also receives the window
+    branch's own output, for the backward (one pass instead of a second window kernel)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
@@ -180,6 +190,10 @@ def window_triton(
         o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
     else:
         o_cmp = o_slc = gates = o  # unused placeholders (COMBINE=False never reads them)
+    write_ow = combine is not None and o_win is not None
+    if write_ow:
+        assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
+        assert o_win.dtype == torch.float32 and o.is_contiguous()
 
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
@@ -193,6 +207,7 @@ def window_triton(
         o_cmp,
         o_slc,
         gates,
+        o_win if write_ow else o,  # placeholder when not written
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -224,6 +239,7 @@ def window_triton(
         BLOCK_DK=pow2(dk),
         BLOCK_DV=pow2(dv),
         COMBINE=combine is not None,
+        WRITE_OW=write_ow,
         DOT_F32=dot_f32(q.dtype),
     )
     return o, lse

@@ -2,7 +2,9 @@
 
 TRITON_INTERPRET must be set before triton is first imported, and this pytest process has
 imported it already (plain CPU tests), so each case module runs in a child pytest with the
-variable set. The case modules are not named test_* so the parent does not collect them.
+variable set. The case modules are not named test_* so the parent does not collect them;
+test_nsa_backward.py is the exception: the parent runs it on the PyTorch path, the child
+on the Triton kernels.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ HERE = Path(__file__).parent
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cases", ["triton_interpret_cases.py", "nsa_interpret_cases.py"])
+@pytest.mark.parametrize(
+    "cases", ["triton_interpret_cases.py", "nsa_interpret_cases.py", "test_nsa_backward.py"]
+)
 def test_triton_kernels_under_interpreter(cases: str) -> None:
     env = dict(
         os.environ,

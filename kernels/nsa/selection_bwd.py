@@ -1,0 +1,365 @@
+"""Selection branch backward (Triton): recompute from lse_slc over the forward's own indices.
+
+* ``nsa_selection_bwd_dq_kernel``: R = max(1, 16/G) consecutive query positions × the G
+  heads of one KV head per program (≥ 16 rows without padding), looping over the union of
+  their chosen blocks (``selection.union_blocks``), each row masked to its own n blocks.
+* ``nsa_selection_bwd_dkdv_kernel``: one program per (key block j, chunk of the queries that
+  chose j), all G heads at once. The block → queries map is the transpose of block_indices,
+  built on the device by ``reverse_map`` (one stable sort, no host sync).
+
+Why a reverse map and not atomics from the dq programs: scattering dk/dv from each (t, KV
+head) program would issue T·Hkv·n·l′·(Dk + Dv) fp32 atomic adds (≈ 7e10 at 64k, paper
+config), and every query adds into the forced blocks (block 0, the local ones), so those
+addresses would serialise. With the reverse map a program reduces a whole chunk of queries
+in registers first. Chunks keep the work per program bounded (block 0 is chosen by all T
+queries, a random block by ≈ T·n/Ts), and a block split over several chunks sums its
+partial dk/dv with one atomic add per element and chunk: ≈ (T·n/CHUNK + Ts)·l′·(Dk + Dv)
+adds per (batch, KV head), ≈ 6e8 in all at 64k (CHUNK = 128 positions for G = 16): ≈ 100×
+fewer. The atomics make dk/dv's last bits depend on the chunk order (fp32 addition); dq and
+the other branches are deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.nsa._bwd_common import LOG2E, row_stats
+from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+from kernels.nsa.config import NSAConfig
+from kernels.nsa.selection import union_blocks
+
+# Query rows (positions × G heads) per dk/dv program: bounds the tail of the grid (block 0
+# has T·G rows) while keeping the atomic adds per element few (≈ rows chosen / CHUNK_ROWS).
+CHUNK_ROWS = 2048
+
+
+def _dq_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({}, num_warps=4, num_stages=1)]
+    return autotune_configs(
+        [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (2, 3), (8, 2))]
+    )
+
+
+def _kv_configs() -> list[triton.Config]:
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 32}, num_warps=4, num_stages=1)]
+    # Not measured yet (written without a GPU); NSA_AUTOTUNE=1 tunes over all of them.
+    return autotune_configs(
+        [
+            triton.Config({"BLOCK_M": bm}, num_warps=w, num_stages=s)
+            # two [BLOCK_K, D] fp32 accumulators per program: 8 warps first
+            for bm, w, s in ((64, 8, 2), (128, 8, 2), (64, 4, 2), (64, 8, 3), (32, 4, 2))
+        ]
+    )
+
+
+# restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
+@triton.autotune(
+    configs=_dq_configs(),
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC"],
+    restore_value=["DQ"],
+)
+@triton.jit
+def nsa_selection_bwd_dq_kernel(
+    Q,  # [B, T, Hq, Dk]
+    K,  # [B, T, Hkv, Dk]
+    V,  # [B, T, Hkv, Dv]
+    IDX,  # [B, T, Hkv, n] int32, −1 = empty
+    UNI,  # R > 1: [B, ⌈T/R⌉, Hkv, R·n] int32 union of the R positions' blocks, −1 padded
+    CNT,  # R > 1: [B, ⌈T/R⌉, Hkv] int32 number of valid union entries
+    DO,  # [B, T, Hq, Dv]
+    LSE,  # [B, T, Hq] fp32 lse_slc
+    DD,  # [B, T, Hq, 3] fp32
+    GATES,  # [B, T, Hq, 3]
+    DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
+    T,
+    qk_scale,
+    sm_scale,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    R: tl.constexpr,  # consecutive positions per program (R·G rows)
+    L_SEL: tl.constexpr,
+    N_SEL: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # pow2 ≥ max(16, R·G)
+    BLOCK_N: tl.constexpr,  # pow2 ≥ n
+    BLOCK_K: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    ACC: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    HQ: tl.constexpr = HKV * G
+    pid_r = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = (pid_bg // HKV).to(tl.int64)
+    g = pid_bg % HKV
+    t0 = pid_r * R
+    rows = tl.arange(0, BLOCK_M)
+    t = t0 + rows // G  # [BLOCK_M] position-major rows, as the forward's v2/v3
+    row_ok = (rows < R * G) & (t < T)
+    ridx = (b * T + t) * HQ + g * G + rows % G
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
+    q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
+    do = tl.load(
+        DO + ridx[:, None] * DV + offs_dv[None, :],
+        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    if DOT_F32:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 1)
+    kv_row = b * T * HKV + g
+    if R == 1:
+        list_base = IDX + (b * T + t0) * HKV * N_SEL + g * N_SEL
+        n_slots = N_SEL
+    else:
+        # each row's own list masks the union's blocks its position did not choose
+        kk = tl.arange(0, BLOCK_N)
+        own = tl.load(
+            IDX + ((b * T + t) * HKV + g)[:, None] * N_SEL + kk[None, :],
+            mask=row_ok[:, None] & (kk[None, :] < N_SEL),
+            other=-1,
+        )  # [BLOCK_M, BLOCK_N]
+        urow = (b * tl.cdiv(T, R) + pid_r) * HKV + g
+        list_base = UNI + urow * (R * N_SEL)
+        n_slots = tl.load(CNT + urow)
+    dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
+    u = tl.arange(0, BLOCK_K)
+    for slot in range(n_slots):
+        blk = tl.load(list_base + slot)
+        if blk >= 0:  # empty slots (−1) cost nothing
+            if R > 1:  # noqa: SIM108 - constexpr branch
+                chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
+            else:
+                chose = row_ok
+            for u0 in range(0, L_SEL, BLOCK_K):
+                tok = blk * L_SEL + u0 + u
+                kin = (u0 + u < L_SEL) & (tok < T)
+                krow = kv_row + tok * HKV
+                kt = tl.load(
+                    K + krow[None, :] * DK + offs_dk[:, None],
+                    mask=kin[None, :] & (offs_dk[:, None] < DK),
+                    other=0.0,
+                )  # [BLOCK_DK, BLOCK_K]
+                vt = tl.load(
+                    V + krow[None, :] * DV + offs_dv[:, None],
+                    mask=kin[None, :] & (offs_dv[:, None] < DV),
+                    other=0.0,
+                )  # [BLOCK_DV, BLOCK_K]
+                if DOT_F32:
+                    kt = kt.to(tl.float32)
+                    vt = vt.to(tl.float32)
+                s = mma(q, kt, DOT_F32) * qk_scale
+                vis = (chose & row_ok)[:, None] & kin[None, :] & (tok[None, :] <= t[:, None])
+                p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
+                dp = mma(do, vt, DOT_F32)
+                ds = p * gate[:, None] * (dp - dd[:, None])
+                dq += mma(ds.to(kt.dtype), tl.trans(kt), DOT_F32)
+    dq = dq * sm_scale
+    dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
+    if ACC:
+        dq += tl.load(dq_ptr, mask=qmask, other=0.0)
+    tl.store(dq_ptr, dq, mask=qmask)
+
+
+# restore_value: tuning runs the kernel repeatedly, and each run adds into DKO/DVO again
+@triton.autotune(
+    configs=_kv_configs(),
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "CHUNK"],
+    restore_value=["DKO", "DVO"],
+)
+@triton.jit
+def nsa_selection_bwd_dkdv_kernel(
+    Q,  # [B, T, Hq, Dk]
+    K,  # [B, T, Hkv, Dk]
+    V,  # [B, T, Hkv, Dv]
+    DO,  # [B, T, Hq, Dv]
+    LSE,  # [B, T, Hq] fp32 lse_slc
+    DD,  # [B, T, Hq, 3] fp32
+    GATES,  # [B, T, Hq, 3]
+    QPOS,  # [B·Hkv, T·n] int32: query positions grouped by chosen block (reverse map)
+    QOFF,  # [B·Hkv, Ts + 1] int32: start of block j's positions in its QPOS row
+    CSTART,  # [B·Hkv, Ts + 1] int32: first chunk of block j; entry Ts = number of chunks
+    DKO,  # [B, T, Hkv, Dk] fp32, atomically added to
+    DVO,  # [B, T, Hkv, Dv] fp32, atomically added to
+    T,
+    TS,
+    qk_scale,
+    sm_scale,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    L_SEL: tl.constexpr,
+    N_SEL: tl.constexpr,
+    CHUNK: tl.constexpr,  # query positions per program
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_TS: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    BLOCK_P: tl.constexpr = BLOCK_M // G  # positions per row tile
+    HQ: tl.constexpr = HKV * G
+    w = tl.program_id(0)  # chunk number within this (batch, KV head)
+    pid_bg = tl.program_id(1)
+    b = (pid_bg // HKV).to(tl.int64)
+    g = pid_bg % HKV
+    map_row = pid_bg.to(tl.int64) * (TS + 1)
+    total = tl.load(CSTART + map_row + TS)
+    if w < total:  # the grid is an upper bound on the chunk count (no host sync)
+        jj = tl.arange(0, BLOCK_TS)
+        cs = tl.load(CSTART + map_row + jj, mask=jj < TS, other=2147483647)
+        # block owning chunk w: the last j with cstart[j] ≤ w (blocks without queries have
+        # cstart equal to the next block's, so they are never the last such j)
+        j = tl.sum((cs <= w).to(tl.int32), 0) - 1
+        e_lo = tl.load(QOFF + map_row + j)
+        e_end = tl.load(QOFF + map_row + j + 1)
+        e0 = e_lo + (w - tl.load(CSTART + map_row + j)) * CHUNK
+        e1 = tl.minimum(e0 + CHUNK, e_end)
+        qpos_row = QPOS + pid_bg.to(tl.int64) * T * N_SEL
+        kv_row = b * T * HKV + g
+        offs_dk = tl.arange(0, BLOCK_DK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        rows = tl.arange(0, BLOCK_M)
+        u = tl.arange(0, BLOCK_K)
+        for u0 in range(0, L_SEL, BLOCK_K):  # key sub-tiles of the block (one when l′ ≤ 128)
+            tok = j * L_SEL + u0 + u
+            kin = (u0 + u < L_SEL) & (tok < T)
+            krow = kv_row + tok * HKV
+            kmask = kin[:, None] & (offs_dk[None, :] < DK)
+            vmask = kin[:, None] & (offs_dv[None, :] < DV)
+            k = tl.load(K + krow[:, None] * DK + offs_dk[None, :], mask=kmask, other=0.0)
+            v = tl.load(V + krow[:, None] * DV + offs_dv[None, :], mask=vmask, other=0.0)
+            if DOT_F32:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            dk = tl.zeros([BLOCK_K, BLOCK_DK], tl.float32)
+            dv = tl.zeros([BLOCK_K, BLOCK_DV], tl.float32)
+            for e in range(e0, e1, BLOCK_P):
+                ent = e + rows // G
+                ok = ent < e1
+                t = tl.load(qpos_row + ent, mask=ok, other=0)  # [BLOCK_M] query positions
+                ridx = (b * T + t) * HQ + g * G + rows % G
+                q = tl.load(
+                    Q + ridx[:, None] * DK + offs_dk[None, :],
+                    mask=ok[:, None] & (offs_dk[None, :] < DK),
+                    other=0.0,
+                )
+                do = tl.load(
+                    DO + ridx[:, None] * DV + offs_dv[None, :],
+                    mask=ok[:, None] & (offs_dv[None, :] < DV),
+                    other=0.0,
+                )
+                if DOT_F32:
+                    q = q.to(tl.float32)
+                    do = do.to(tl.float32)
+                lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, ok, 1)
+                st = mma(k, tl.trans(q), DOT_F32) * qk_scale  # [BLOCK_K, BLOCK_M]
+                vis = kin[:, None] & ok[None, :] & (tok[:, None] <= t[None, :])
+                pt = tl.where(vis, tl.exp2(st - lse2[None, :]), 0.0) * gate[None, :]
+                dv += mma(pt.to(do.dtype), do, DOT_F32)
+                dpt = mma(v, tl.trans(do), DOT_F32)
+                dk += mma((pt * (dpt - dd[None, :])).to(q.dtype), q, DOT_F32)
+            # relaxed: plain accumulation, nothing is read back before the kernel ends
+            dk_ptr = DKO + krow[:, None] * DK + offs_dk[None, :]
+            tl.atomic_add(dk_ptr, dk * sm_scale, mask=kmask, sem="relaxed")
+            tl.atomic_add(
+                DVO + krow[:, None] * DV + offs_dv[None, :], dv, mask=vmask, sem="relaxed"
+            )
+
+
+def reverse_map(
+    idx: torch.Tensor, ts: int, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Transpose block_indices into per-block query lists, on the device, without a sync.
+
+    idx [B, T, Hkv, n] int32 (−1 empty) → (qpos [B·Hkv, T·n] int32: positions grouped by
+    block, ascending within a block, empty slots last; qoff [B·Hkv, Ts+1] int32: start of
+    block j's run; cstart [B·Hkv, Ts+1] int32: first chunk of block j, entry Ts = chunk
+    count; max_chunks: a bound on the chunk count of any row, the kernel's grid size).
+    """
+    b, t, hkv, n = idx.shape
+    x = idx.permute(0, 2, 1, 3).reshape(b * hkv, t * n)  # [BG, T·n], position-major
+    key = torch.where(x < 0, ts, x).long()  # −1 → bucket Ts (never read)
+    srt, order = torch.sort(key, dim=-1, stable=True)  # stable: positions stay ascending
+    qpos = (order // n).to(torch.int32).contiguous()
+    counts = torch.zeros((b * hkv, ts + 1), dtype=torch.int64, device=idx.device)
+    counts.scatter_add_(1, key, torch.ones_like(key))
+    qoff = (torch.cumsum(counts, dim=1) - counts).to(torch.int32).contiguous()
+    nchunk = (counts[:, :ts] + chunk - 1) // chunk  # [BG, Ts]
+    cstart = torch.zeros((b * hkv, ts + 1), dtype=torch.int64, device=idx.device)
+    cstart[:, 1:] = torch.cumsum(nchunk, dim=1)
+    # Σ_j ⌈c_j / chunk⌉ ≤ Σ_j (c_j / chunk + 1) ≤ T·n / chunk + Ts
+    max_chunks = -(-t * n // chunk) + ts
+    return qpos, qoff, cstart.to(torch.int32).contiguous(), max_chunks
+
+
+def selection_bwd_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    idx: torch.Tensor,
+    dout: torch.Tensor,
+    lse: torch.Tensor,
+    dd: torch.Tensor,
+    gates: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    *,
+    dq: torch.Tensor | None,
+    dk: torch.Tensor | None,
+    dv: torch.Tensor | None,
+    dq_acc: bool = True,
+) -> None:
+    """Selection-branch gradients (all tensors contiguous, idx [B,T,Hkv,n] int32).
+
+    dq is added to (dq_acc) or overwritten; dk/dv must already hold valid values (the window
+    branch writes them first): the kernel adds into them atomically.
+    """
+    b, t, hq, dk_dim = q.shape
+    hkv, dv_dim = k.shape[2], v.shape[3]
+    g = hq // hkv
+    n, lp = cfg.sel_count, cfg.sel_block
+    block_k = min(pow2(lp), 128)
+    dims = {
+        "HKV": hkv,
+        "G": g,
+        "L_SEL": lp,
+        "N_SEL": n,
+        "DK": dk_dim,
+        "DV": dv_dim,
+        "BLOCK_K": block_k,
+        "BLOCK_DK": pow2(dk_dim),
+        "BLOCK_DV": pow2(dv_dim),
+        "DOT_F32": dot_f32(q.dtype),
+    }
+    if dq is not None:
+        # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
+        # (the forward pads G rows to 16 instead); their union of blocks is walked once.
+        r = max(1, 16 // g)
+        if r > 1:
+            uni, cnt = union_blocks(idx, r)
+        else:  # unused placeholders (R = 1 walks idx itself)
+            uni, cnt = idx, idx
+        nsa_selection_bwd_dq_kernel[(-(-t // r), b * hkv)](
+            q, k, v, idx, uni, cnt, dout, lse, dd, gates, dq, t, scale * LOG2E, scale,
+            R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1), ACC=dq_acc, **dims,
+        )  # fmt: skip
+    if dk is not None and dv is not None:
+        ts = -(-t // lp)
+        chunk = max(1, CHUNK_ROWS // g)
+        qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk)
+        nsa_selection_bwd_dkdv_kernel[(max_chunks, b * hkv)](
+            q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, t, ts,
+            scale * LOG2E, scale, CHUNK=chunk, BLOCK_TS=pow2(ts), **dims,
+        )  # fmt: skip

@@ -1,0 +1,243 @@
+"""Gradients of ``nsa_attention`` against autograd through ``nsa_attention_naive``.
+
+The path under test follows the environment: plain CPU tensors take the chunked PyTorch path
+(autograd through it); with TRITON_INTERPRET=1 (``test_triton_interpret.py`` re-runs this
+module that way in a child process) the same tests run the Triton forward and backward
+kernels. Every kernel output, gradient buffers included, starts NaN-poisoned, so an element
+a kernel forgot to write fails.
+
+The reference is handed our block indices (the selection is a discrete choice: gradients do
+not depend on how it was made), and for fp32 inputs the indices must equal its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import kernels.nsa.attention as nsa_attention_mod
+import kernels.nsa.compressed_bwd as compressed_bwd_mod
+import kernels.nsa.selection_bwd as selection_bwd_mod
+from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
+from kernels.nsa.config import num_cmp_blocks
+from tests.kernels.test_nsa_utils import err_ratio, make_inputs
+
+# All three branches matter at T ≈ 100: 7 selection blocks (4 chosen), window 32, Tc ≈ 11.
+CFG = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=4, window=32)
+GIVEN = replace(CFG, compress="given")
+# l′/d = 3 is not a power of two: the forward's compressed branch falls back to PyTorch, the
+# backward still runs the Triton kernels on its o_cmp / lse_cmp; a custom softmax scale
+ODD_RATIO = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=24, sel_count=4, window=20, scale=0.3)
+NAMES = ("q", "k", "v", "gates", "k_cmp", "v_cmp")
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
+
+
+def _inputs(
+    b: int,
+    t: int,
+    hq: int,
+    hkv: int,
+    dk: int,
+    dv: int,
+    dtype: torch.dtype,
+    cfg: NSAConfig,
+    seed: int,
+) -> dict[str, torch.Tensor]:
+    q, k, v, gates = make_inputs(b, t, hq, hkv, dk, dtype, dv=dv, seed=seed)
+    x = {"q": q, "k": k, "v": v, "gates": gates}
+    if cfg.compress == "given":
+        gen = torch.Generator().manual_seed(seed + 100)
+        tc = num_cmp_blocks(t, cfg)
+        x["k_cmp"] = torch.randn(b, tc, hkv, dk, generator=gen).to(dtype)
+        x["v_cmp"] = torch.randn(b, tc, hkv, dv, generator=gen).to(dtype)
+    return x
+
+
+def _run(
+    x: dict[str, torch.Tensor],
+    cfg: NSAConfig,
+    wanted: tuple[str, ...],
+    dout: torch.Tensor | None = None,
+    block_indices: torch.Tensor | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+    """Our gradients and the reference's for the inputs named in ``wanted``."""
+    ours = {n: t.detach().clone().requires_grad_(n in wanted) for n, t in x.items()}
+    kw = {n: ours[n] for n in ("k_cmp", "v_cmp") if n in ours}
+    out, aux = nsa_attention(
+        ours["q"], ours["k"], ours["v"], ours["gates"], cfg, return_aux=True,
+        block_indices=block_indices, **kw,
+    )  # fmt: skip
+    assert out.requires_grad and out.dtype == x["q"].dtype
+    gen = torch.Generator().manual_seed(99)
+    if dout is None:
+        dout = torch.randn(out.shape, generator=gen).to(out.dtype)
+    grads = torch.autograd.grad(out, [ours[n] for n in wanted], dout)
+    got = dict(zip(wanted, grads, strict=True))
+    # reference: fp32 copies of the same (rounded) values, our indices
+    ref_in = {n: t.detach().float().requires_grad_(n in wanted) for n, t in x.items()}
+    ref_kw = {n: ref_in[n] for n in ("k_cmp", "v_cmp") if n in ref_in}
+    ref_out, ref_aux = nsa_attention_naive(
+        ref_in["q"], ref_in["k"], ref_in["v"], ref_in["gates"], cfg, return_aux=True,
+        block_indices=aux.block_indices, **ref_kw,
+    )  # fmt: skip
+    ref_grads = torch.autograd.grad(ref_out, [ref_in[n] for n in wanted], dout.float())
+    want = dict(zip(wanted, ref_grads, strict=True))
+    if x["q"].dtype == torch.float32 and block_indices is None:
+        _, own = nsa_attention_naive(
+            ref_in["q"], ref_in["k"], ref_in["v"], ref_in["gates"], cfg, return_aux=True,
+            **ref_kw,
+        )  # fmt: skip
+        assert torch.equal(aux.block_indices, own.block_indices), "block_indices differ"
+    assert err_ratio(out.detach(), ref_out.detach()) <= 1e-5 * (
+        1 if x["q"].dtype == torch.float32 else 500
+    )
+    return got, want, aux.block_indices
+
+
+def _check(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], dtype: torch.dtype) -> None:
+    tight = dtype == torch.float32
+    limit = 1e-5 if tight else 1e-2  # spec §4.3 stage 2: grads ≤ 1e-2 (bf16)
+    for name, g in got.items():
+        ref = want[name]
+        assert g.shape == ref.shape, name
+        assert not torch.isnan(g).any(), f"NaN in d{name} (unwritten gradient element?)"
+        if g.numel() == 0:
+            continue
+        er = err_ratio(g, ref)
+        assert er <= limit, f"d{name} err_ratio {er:.2e} > {limit}"
+        atol = 1e-5 if tight else 2e-2
+        scale = ref.abs().max().item()
+        torch.testing.assert_close(g.float(), ref, atol=atol * max(scale, 1.0), rtol=atol)
+
+
+CASES = [
+    # (b, t, hq, hkv, dk, dv, dtype, cfg): odd T, G ∈ {1, 2, 4, 8}, Dk ≠ Dv, both modes
+    (2, 97, 4, 1, 16, 32, torch.float32, CFG),
+    (1, 101, 2, 2, 16, 16, torch.bfloat16, GIVEN),
+    (1, 83, 8, 1, 32, 16, torch.float16, CFG),
+    (1, 70, 2, 1, 16, 16, torch.float32, GIVEN),
+    (1, 75, 4, 2, 24, 40, torch.float32, ODD_RATIO),  # head dims not powers of two
+]
+
+
+@pytest.mark.parametrize(("b", "t", "hq", "hkv", "dk", "dv", "dtype", "cfg"), CASES)
+def test_gradients_match_naive(
+    b: int, t: int, hq: int, hkv: int, dk: int, dv: int, dtype: torch.dtype, cfg: NSAConfig
+) -> None:
+    x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq)
+    wanted = tuple(n for n in NAMES if n in x)
+    got, want, _ = _run(x, cfg, wanted)
+    for name in wanted:
+        assert got[name].dtype == x[name].dtype, name
+    _check(got, want, dtype)
+
+
+def test_only_requested_gradients_are_computed() -> None:
+    """Inputs that do not require grad get none; the others are still right."""
+    x = _inputs(1, 53, 2, 1, 16, 16, torch.float32, GIVEN, seed=5)
+    got, want, _ = _run(x, GIVEN, ("q", "gates"))
+    _check(got, want, torch.float32)
+    got, want, _ = _run(x, GIVEN, ("k_cmp", "v"))
+    _check(got, want, torch.float32)
+    # .backward(): leaves that do not require grad keep .grad None
+    q, k, v, gates = (x[n].clone() for n in ("q", "k", "v", "gates"))
+    k.requires_grad_(True)
+    out = nsa_attention(q, k, v, gates, GIVEN, k_cmp=x["k_cmp"], v_cmp=x["v_cmp"])
+    out.float().square().sum().backward()  # a non-uniform upstream gradient
+    assert k.grad is not None and not torch.isnan(k.grad).any()
+    assert q.grad is None and v.grad is None and gates.grad is None
+    # no graph without grad mode, and the no-grad output is the same
+    with torch.no_grad():
+        out2 = nsa_attention(q, k, v, gates, GIVEN, k_cmp=x["k_cmp"], v_cmp=x["v_cmp"])
+    assert not out2.requires_grad
+    torch.testing.assert_close(out2, out.detach(), atol=0, rtol=0)
+
+
+def test_given_indices_with_holes_and_expanded_dout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given block_indices (−1 holes, shuffled slots) are the ones the backward uses; the
+    selection dk/dv kernel splits every block's queries over several chunks (atomics), the
+    compressed dk̃/dṽ kernel its queries over several segments (partial sums), the
+    upstream gradient is the stride-0 one of .sum(), and q and gates are strided views."""
+    monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
+    monkeypatch.setattr(compressed_bwd_mod, "SEG_ROWS", 64)
+    b, t, hkv = 1, 70, 2
+    x = _inputs(b, t, 4, hkv, 16, 16, torch.float32, CFG, seed=8)
+    # strided inputs: q a transposed [B, Hq, T, D] tensor, gates a slice of a wider one
+    x["q"] = x["q"].transpose(1, 2).contiguous().transpose(1, 2)
+    x["gates"] = torch.cat([x["gates"], x["gates"][..., :1]], dim=-1)[..., :3]
+    assert not x["q"].is_contiguous() and not x["gates"].is_contiguous()
+    idx = torch.full((b, t, hkv, CFG.sel_count), -1, dtype=torch.int32)
+    for pos in range(t):
+        cur = pos // CFG.sel_block
+        for grp in range(hkv):
+            chosen = sorted({0, cur} | ({(pos + grp) % (cur + 1)} if pos % 3 else set()))
+            row = [*chosen, *([-1] * (CFG.sel_count - len(chosen)))]
+            idx[0, pos, grp] = torch.tensor(row[::-1] if pos % 2 else row)
+    dout = torch.ones(b, t, 4, 16).expand(b, t, 4, 16)
+    got, want, used = _run(x, CFG, ("q", "k", "v", "gates"), dout=dout, block_indices=idx)
+    assert torch.equal(used, idx)
+    _check(got, want, torch.float32)
+
+
+def test_one_hot_gates_and_bf16_gates() -> None:
+    """A branch whose gate is 0 contributes no gradient; gates' gradient keeps their dtype.
+    G = 16 (the paper's group): the selection dq kernel walks one position per program."""
+    q, k, v, gates = make_inputs(1, 64, 16, 1, 16, torch.bfloat16, seed=3, gates="slc")
+    x = {"q": q, "k": k, "v": v, "gates": gates.to(torch.bfloat16)}
+    got, want, _ = _run(x, CFG, ("q", "k", "v", "gates"))
+    assert got["gates"].dtype == torch.bfloat16
+    _check(got, want, torch.bfloat16)
+
+
+def test_short_sequence_without_compressed_blocks() -> None:
+    """T < l: no compressed block exists (Tc = 0); the other branches still train."""
+    x = _inputs(1, 12, 2, 1, 16, 16, torch.float32, GIVEN, seed=2)
+    assert x["k_cmp"].shape[1] == 0
+    got, want, _ = _run(x, GIVEN, NAMES)
+    assert got["k_cmp"].shape == x["k_cmp"].shape
+    _check(got, want, torch.float32)
+
+
+def test_16bit_dot_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's 16-bit dots, forced under the interpreter (whose fp16 dots are exact; bf16
+    ones are broken there, spec §5): fp16 operands with fp32 accumulation in every backward
+    kernel, and k̃ stored as fp16 hi + lo parts, as for bf16/fp16 inputs on a GPU, so the
+    compressed backward takes its KC_SPLIT branch. On the PyTorch path this is one more
+    fp16 case."""
+    import kernels.nsa.window_bwd as window_bwd_mod
+
+    def gpu_dots(dtype: torch.dtype) -> bool:
+        return dtype == torch.float32
+
+    for mod in (window_bwd_mod, selection_bwd_mod, compressed_bwd_mod):
+        monkeypatch.setattr(mod, "dot_f32", gpu_dots)
+    monkeypatch.setattr(nsa_attention_mod, "_compressed_dtype", lambda *xs: torch.float16)
+    x = _inputs(1, 67, 4, 2, 16, 32, torch.float16, CFG, seed=13)
+    got, want, _ = _run(x, CFG, ("q", "k", "v", "gates"))
+    _check(got, want, torch.float16)
+
+
+def test_double_backward() -> None:
+    """Second-order gradients: autograd through the PyTorch path gives them; the Triton
+    backward is first-order only and says so instead of dropping the second-order terms."""
+    from kernels.nsa._triton_common import use_triton
+
+    q, k, v, gates = make_inputs(1, 40, 2, 1, 16, torch.float32, seed=6)
+    q.requires_grad_(True)
+    out = nsa_attention(q, k, v, gates, CFG)
+    if use_triton(q):
+        with pytest.raises(NotImplementedError, match=r"double backward.*create_graph=True"):
+            torch.autograd.grad(out.square().sum(), q, create_graph=True)
+        return
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    (ddq,) = torch.autograd.grad(dq.square().sum(), q)
+    ref = nsa_attention_naive(q, k, v, gates, CFG)
+    (rdq,) = torch.autograd.grad(ref.square().sum(), q, create_graph=True)
+    (rddq,) = torch.autograd.grad(rdq.square().sum(), q)
+    assert err_ratio(ddq, rddq) <= 1e-4
