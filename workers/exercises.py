@@ -118,6 +118,9 @@ class Exercise:
     raw: dict[str, Any] = field(default_factory=dict)
     # CPU rehearsal shapes: tiny, wall-clock timed, only to exercise the benchmark loop in CI
     rehearsal: list[dict[str, Any]] = field(default_factory=list)
+    #: Submissions run a backward (``autograd: true``): the benchmark's runners start the
+    #: autograd engine's threads in their warm-up, before the thread count they are held to.
+    autograd: bool = False
 
     @property
     def readme(self) -> str:
@@ -230,6 +233,7 @@ def _load(exercise_id: str, root: Path, *, variant_ok: bool) -> Exercise:
             variant_of=str(variant_of) if variant_of is not None else None,
             forbidden_imports=tuple(spec.get("forbidden_imports") or DEFAULT_FORBIDDEN),
             raw=spec,
+            autograd=bool(spec.get("autograd", False)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ExerciseError(f"{spec_file}: {e!r}") from e

@@ -27,22 +27,33 @@ from typing import Any
 import pytest
 import torch
 
-from workers.exercises import Exercise, load_exercise
+from workers.exercises import Exercise, Solution, load_exercise
 from workers.harness.sandboxed import inputs as gen
 from workers.harness.sandboxed import wire
 from workers.problems import load_problem
 from workers.problems.base import BenchShape
+from workers.verdicts import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = (11, 12, 13)
 # CPU-sized stand-ins for the GPU benchmark shapes: sequence lengths capped, heads divided by
 # one factor (the GQA ratio kept where it fits), head dim and flags kept.
-T_CAP = {"attention-merge": 2048, "block-attention": 256, "nsa-attention": 512}
+T_CAP = {
+    "attention-merge": 2048,
+    "block-attention": 256,
+    "nsa-attention": 512,
+    "nsa-backward": 256,
+}
 RING_T_CAP = 512
 H_CAP = 4
 
 
 def _load(path: Path) -> ModuleType:
+    if "# include:" in path.read_text():  # one file as graded: its includes inlined
+        sol = Solution(path, Verdict.PASS)
+        mod = ModuleType(f"bi_{path.parent.name}_{path.stem}")
+        exec(compile(sol.source(), str(path), "exec"), mod.__dict__)
+        return mod
     spec = importlib.util.spec_from_file_location(f"bi_{path.parent.name}_{path.stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -96,6 +107,11 @@ def _call(ex_id: str, mod: ModuleType, x: dict[str, torch.Tensor], shape: BenchS
         else:
             o, lse = mod.block_attention(x["q"], x["k"], x["v"], **kw)
         return {"out": o, "lse": lse}
+    if ex_id == "nsa-backward":
+        cfg = SimpleNamespace(**shape.args[5]["v"])
+        args = (x["q"], x["k"], x["v"], x["gates"], x["dout"], cfg, x["block_indices"])
+        fn = mod.low_precision_backward if low else mod.nsa_backward
+        return dict(zip(("dq", "dk", "dv", "dgates"), fn(*args), strict=True))
     cfg = SimpleNamespace(**shape.args[4]["v"])
     args = (x["q"], x["k"], x["v"], x["gates"], cfg)
     if low:
@@ -112,6 +128,11 @@ HONEST = {
     "attention-merge": ["solutions/correct/stable_fp32.py", "reference.py"],
     "block-attention": ["solutions/correct/dense_fp32.py", "solutions/correct/blockwise_torch.py"],
     "nsa-attention": ["solutions/correct/masked_torch.py", "reference.py"],
+    "nsa-backward": [
+        "solutions/correct/dense_autograd.py",
+        "solutions/correct/manual_grads.py",
+        "reference.py",
+    ],
 }
 LOWPREC = "solutions/wrong/bench_low_precision.py"
 
@@ -141,7 +162,7 @@ def _bench_key(ex_id: str, s: dict[str, Any]) -> tuple[Any, ...]:
     if ex_id == "block-attention":
         dims = tuple(int(s[k]) for k in ("B", "Tq", "Tk", "Hq", "Hkv", "D"))
         return (*dims, bool(s["causal"]))
-    if ex_id == "nsa-attention":
+    if ex_id in ("nsa-attention", "nsa-backward"):
         c = load_problem("nsa")._cfg(s.get("config") or {})
         fields = ("cmp_block", "cmp_stride", "sel_block", "sel_count", "sel_init", "sel_local")
         cfg = tuple(c[f] for f in (*fields, "window"))
@@ -191,7 +212,10 @@ def _assert_hard(ex_id: str, ex: Exercise, shape: BenchShape, x: dict[str, torch
         fin = lse[torch.isfinite(lse)]
         assert float(fin.max()) > 90 and float(fin.min()) < 20  # scales 1 to 10, offset x10
         return
-    if ex_id == "nsa-attention":
+    if ex_id == "nsa-backward":
+        _assert_legal_selection(x["block_indices"], shape.args[5]["v"])
+        assert float(x["dout"].float().std()) > 0.5  # a real upstream gradient, not zeros
+    if ex_id in ("nsa-attention", "nsa-backward"):
         g = x["gates"].float()  # [B, T, Hq, 3]
         fav = g.argmax(-1)
         assert set(fav.unique().tolist()) == {0, 1, 2}  # each branch favoured in every call
@@ -205,6 +229,28 @@ def _assert_hard(ex_id: str, ex: Exercise, shape: BenchShape, x: dict[str, torch
     sd = _row_scales(x["q"])
     for lo, hi in ((0.5, 1.5), (2.0, 4.0), (7.0, 13.0)):  # normal, peaked, large rows
         assert int(((sd > lo) & (sd < hi)).sum()) > 0, (lo, hi)
+
+
+def _assert_legal_selection(bi: torch.Tensor, cfg: dict[str, Any]) -> None:
+    """The timing generator's block indices: per row the right count, ascending, -1 padded,
+    eligible, the forced blocks included, and random beyond them (not always the latest)."""
+    B, T, H, n = bi.shape
+    lp = int(cfg["sel_block"])
+    cur = (torch.arange(T) // lp).view(1, T, 1)
+    valid = bi >= 0
+    assert torch.equal(valid.sum(-1), (cur + 1).clamp(max=n).expand(B, T, H))
+    assert bool((valid[..., :-1] | ~valid[..., 1:]).all())  # -1 only as padding at the end
+    assert bool(((bi[..., 1:] > bi[..., :-1]) | ~valid[..., 1:]).all())  # ascending, no repeats
+    assert bool((bi.long() <= cur.unsqueeze(-1)).all())  # eligible only
+    for j in range(int(cfg["sel_init"])):  # forced: the first blocks and the latest ones
+        assert bool(((bi == j).any(-1) | (cur < j)).all())
+    for back in range(int(cfg["sel_local"])):
+        jj = cur - back
+        assert bool(((bi.long() == jj.unsqueeze(-1)).any(-1) | (jj < 0)).all())
+    full = (cur + 1 > n).expand(B, T, H)  # rows with a choice to make
+    if bool(full.any()):
+        latest = cur.unsqueeze(-1) - torch.arange(n - 1, -1, -1).view(1, 1, 1, n)
+        assert not bool((bi.long() == latest)[full].all())
 
 
 # --------------------------------------------------------------------------- ring-attention
@@ -297,6 +343,11 @@ ALL_GENS = {
     **MERGE_GENS,
     "q": {"shape": [1, 16, 4, 8], "dtype": "bfloat16", "mix": {"values": [1, 3, 10, "heavy"]}},
     "gates": {"shape": [1, 16, 4, 3], "dtype": "float32", "dist": "uniform", "favour": {}},
+    "block_indices": {
+        "shape": [1, 96, 2, 3],
+        "dtype": "int32",
+        "select": {"sel_block": 16, "sel_init": 1, "sel_local": 1},
+    },
 }
 
 
@@ -371,5 +422,8 @@ def test_shared_draws_must_agree_and_specs_are_checked() -> None:
         gen.gen_inputs(bad, 1, "cpu")
     with pytest.raises(ValueError, match="unknown gen spec keys"):
         gen.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dits": "normal"}}, 1, "cpu")
+    with pytest.raises(ValueError, match="a select gen spec"):
+        sel = {"sel_block": 16, "sel_init": 1, "sel_local": 1}
+        gen.gen_inputs({"a": {"shape": [1, 4, 1, 2], "dtype": "int64", "select": sel}}, 1, "cpu")
     with pytest.raises(ValueError, match="unknown gen dist"):
         gen.gen_inputs({"a": {"shape": [2], "dtype": "float32", "dist": "large"}}, 1, "cpu")

@@ -48,6 +48,7 @@ GPU_ONLY = [
         "attention-merge",
         "block-attention",
         "nsa-attention",
+        "nsa-backward",
         "ring-attention",
         "ring-attention-x4",  # skipped below on fewer than 4 GPUs
     )
@@ -65,3 +66,42 @@ def test_gpu_only_known_solutions(ex_id: str, sol) -> None:  # type: ignore[no-u
     r = grade(ex_id, sol.source(), device="cuda")
     assert r.verdict is sol.expected, r.output
     assert "benchmark" in r.output
+
+
+@needs_cuda
+@pytest.mark.parametrize("sol", ["dense_autograd", "manual_grads"])
+def test_nsa_backward_honest_solutions_pass_beside_the_triton_reference(sol: str) -> None:
+    """The GPU risks of the backward exercise: autograd's device threads (started by the
+    runners' warm-up, not counted against the submission), the fp64 gradient gold at T = 4k on
+    the checker's GPU, and the Triton reference's bf16 numerics (P, dS in bf16) within the
+    tolerance when its timed calls are checked beside the submission."""
+    ex = load_exercise("nsa-backward")
+    r = grade(ex.id, (ex.path / f"solutions/correct/{sol}.py").read_bytes(), device="cuda")
+    assert r.verdict is Verdict.PASS, r.output
+    assert r.timings and all(t.n >= 10 for t in r.timings)
+
+
+@needs_cuda
+def test_nsa_backward_triton_reference_is_within_the_tolerance() -> None:
+    """Our reference's own timed calls are not checked in a grading: its Triton backward's
+    bf16 numerics against the checker's gradient gold and tolerance, on the benchmark shape's
+    timing inputs (several seeds), here."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from workers.harness.sandboxed import inputs as gen
+    from workers.problems import load_problem
+
+    ex = load_exercise("nsa-backward")
+    prob = load_problem(ex.problem)
+    spec = importlib.util.spec_from_file_location("nsa_bwd_reference", ex.reference)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    for shape in prob.bench_calls(ex):
+        cfg = SimpleNamespace(**shape.args[5]["v"])
+        for seed in (1, 2, 3):
+            x = gen.gen_inputs(shape.gens, seed, "cuda")
+            args = (x["q"], x["k"], x["v"], x["gates"], x["dout"], cfg, x["block_indices"])
+            got = dict(zip(prob.GRADS, ref.nsa_backward(*args), strict=True))
+            c = prob.check_bench(ex, shape, x, got)
+            assert c.ok, f"{shape.name} seed {seed}: {c.message}"

@@ -30,7 +30,13 @@ def rehearsed(ex_id: str, sol) -> bool:  # type: ignore[no-untyped-def]
     return sol.needs == "benchmark" or f"{ex_id}:{sol.name}" in CHEAT_BASES
 
 
-REQUIRED = {"attention-merge", "block-attention", "ring-attention", "nsa-attention"}
+REQUIRED = {
+    "attention-merge",
+    "block-attention",
+    "ring-attention",
+    "nsa-attention",
+    "nsa-backward",
+}
 
 
 @pytest.fixture(scope="module")

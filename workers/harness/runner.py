@@ -287,7 +287,7 @@ class Rank(
                     self.send({"t": "dist_ready", "ok": False, "error": error_report(e)})
             elif t == "warm":
                 try:
-                    self.send(self.warm())
+                    self.send(self.warm(msg))
                 except Exception as e:  # noqa: BLE001
                     self.send({"t": "warm", "ok": False, "error": error_report(e)})
             elif t == "import":

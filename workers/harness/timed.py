@@ -136,7 +136,9 @@ def slowest_rank(reps: list[dict[str, Any]]) -> dict[str, Any]:
 def baseline(job: Job, plan: dict[str, Any], deadline: float) -> Baseline:
     """Warm the runner, time null calls for every benchmark shape, count threads and processes:
     all before the submission's module exists in the process."""
-    job.send_all([{"t": "warm"}] * job.world, "start-up")
+    # an exercise whose submissions run a backward warms the autograd engine's threads too
+    warm = {"t": "warm", "autograd": job.ex.autograd}
+    job.send_all([warm] * job.world, "start-up")
     for m in job.recv_all(deadline, "start-up"):
         if m.get("t") != "warm" or not m.get("ok"):
             raise Failure(Verdict.INFRA_ERROR, f"runner warm-up failed: {m.get('error')}")

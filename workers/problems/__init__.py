@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-KINDS = ("merge", "block", "ring", "nsa")
+KINDS = ("merge", "block", "ring", "nsa", "nsa_bwd")
 
 
 def load_problem(kind: str) -> ModuleType:

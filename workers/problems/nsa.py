@@ -203,10 +203,15 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
 
 
 def _inputs(p: dict[str, Any], seed: int) -> dict[str, torch.Tensor]:
+    return nsa_inputs(p, seed, peaked=int(p["stage"]) == 1)
+
+
+def nsa_inputs(p: dict[str, Any], seed: int, *, peaked: bool) -> dict[str, torch.Tensor]:
+    """q, k, v, gates of a case (``p``: B, T, Hq, Hkv, D, dtype, optional favour); ``peaked``
+    scales q by PEAKED_Q (separated block scores, large logits). Shared with nsa_bwd."""
     g = rng(seed)
     dt = DTYPES[p["dtype"]]
     B, T, Hq, Hkv, D = (int(p[k]) for k in ("B", "T", "Hq", "Hkv", "D"))
-    peaked = int(p["stage"]) == 1
     q = sample((B, T, Hq, D), "normal", g)
     k = sample((B, T, Hkv, D), "normal", g)
     if peaked:

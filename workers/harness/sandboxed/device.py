@@ -45,16 +45,22 @@ class DevicePart:
         )
         self.group = dist.group.WORLD
 
-    def warm(self) -> dict[str, Any]:
+    def warm(self, msg: dict[str, Any] | None = None) -> dict[str, Any]:
         """Start what the runtime starts lazily (the CPU thread pool, the CUDA context, the
         process group's communicators for a ring's neighbours) before the submission is
         imported, so the host's count of this process's threads, taken next, is the baseline
-        a submission's own threads are measured against."""
+        a submission's own threads are measured against. ``autograd`` (exercises whose
+        submissions run a backward): one tiny backward too, since the autograd engine starts
+        its worker threads (one per visible GPU) at the first backward of the process."""
         torch = self.torch
         dev = self.device
         a = torch.randn(256, 256, device=dev)
         (a @ a).sum().item()
         torch.ones(1 << 18, device=dev).mul_(2).sum().item()
+        if msg and msg.get("autograd"):
+            with torch.enable_grad():
+                x = torch.ones(4, device=dev, requires_grad=True)
+                (x * x).sum().backward()
         if self.group is not None:
             import torch.distributed as dist
 

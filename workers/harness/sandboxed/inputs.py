@@ -12,7 +12,9 @@ from typing import Any
 from .wire import dtype_of
 
 # Keys a gen spec may carry (a typo must fail loudly, not silently fall back to normal values).
-GEN_KEYS = frozenset({"shape", "dtype", "dist", "scale", "shift", "mix", "empty", "favour"})
+GEN_KEYS = frozenset(
+    {"shape", "dtype", "dist", "scale", "shift", "mix", "empty", "favour", "select"}
+)
 HEAVY = "heavy"  # a "mix" variant: Student-t(3) values instead of the scaled normal ones
 
 
@@ -96,6 +98,32 @@ def _heavy(shape: list[int], seed: int, device: str) -> Any:
     return (chi / 3.0).clamp_min(0.05).rsqrt()
 
 
+def _selection(shape: list[int], sel: dict[str, Any], seed: int, device: str) -> Any:
+    """NSA block indices ``[B, T, Hkv, n]`` int32: per row a random legal selection (kernels
+    spec §4.2): the forced blocks (``j < sel_init`` and the ``sel_local`` latest eligible ones)
+    plus random eligible others, ``min(n, ⌊t/l′⌋ + 1)`` in all, ascending, -1 padded. The
+    inputs of a backward: the forward's choice, whatever it was. A stable sort of uniform draws
+    (forced +2, ineligible -1), so runner and checker agree on the same device."""
+    import torch
+
+    B, T, H, n = (int(s) for s in shape)
+    lp = int(sel["sel_block"])
+    Ts = -(-T // lp)
+    u = _uniform([B, T, H, Ts], seed, device)
+    cur = (torch.arange(T, device=device) // lp).view(1, T, 1, 1)
+    j = torch.arange(Ts, device=device)
+    elig = j <= cur
+    forced = elig & ((j < int(sel["sel_init"])) | (j > cur - int(sel["sel_local"])))
+    score = u.masked_fill(forced, 2.0).masked_fill(~elig, -1.0)
+    top = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :n]
+    keep = torch.arange(top.shape[-1], device=device) < (cur + 1).clamp(max=n)
+    top = torch.sort(torch.where(keep, top, Ts + 1), dim=-1).values
+    top = torch.where(top > Ts, -1, top)
+    out = torch.full([B, T, H, n], -1, dtype=torch.int32, device=device)
+    out[..., : top.shape[-1]] = top
+    return out
+
+
 def gen_tensor(
     spec: dict[str, Any], seed: int, device: str, shared: SharedDraws | None = None
 ) -> Any:
@@ -117,6 +145,8 @@ def gen_tensor(
       to ``v`` (a number or ``"-inf"``): empty attention rows, out 0 and lse -inf.
     - ``favour``: ``{<selector>}``: one channel of the last axis per row is favoured:
       ``0.5 + 0.5 x`` there, ``0.5 x`` elsewhere (NSA gates; uniform base).
+    - ``select``: ``{"sel_block", "sel_init", "sel_local"}``: instead of all of the above, NSA
+      block indices of ``shape`` ``[B, T, Hkv, n]`` (``dtype`` int32), see ``_selection``.
 
     A selector picks which values share a draw: ``shape`` (default: the tensor's shape without
     its last axis, one draw per row), ``dims`` (the tensor axes those map to, in order; default
@@ -131,6 +161,10 @@ def gen_tensor(
     bad = set(spec) - GEN_KEYS
     if bad:
         raise ValueError(f"unknown gen spec keys {sorted(bad)}")
+    if "select" in spec:
+        if set(spec) != {"shape", "dtype", "select"} or spec["dtype"] != "int32":
+            raise ValueError("a select gen spec has only shape, dtype int32 and select")
+        return _selection(list(spec["shape"]), spec["select"], seed, device)
     g = torch.Generator(device=device)
     g.manual_seed(int(seed))
     shape = [int(s) for s in spec["shape"]]
