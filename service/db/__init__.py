@@ -73,12 +73,7 @@ def begin_writing(session: Any) -> bool:
         return False
     if session.new or session.dirty or session.deleted:
         raise RuntimeError("begin_writing: the read transaction holds unsaved changes")
-    dbapi_conn = conn.connection.dbapi_connection
-    if isinstance(dbapi_conn, _WriterQueueConnection):
-        dbapi_conn.restart_as_writer()
-    else:
-        conn.exec_driver_sql("COMMIT")
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    conn.connection.dbapi_connection.restart_as_writer()  # a _WriterQueueConnection (make_engine)
     conn.info[_WRITING] = True
     return True
 
@@ -158,8 +153,7 @@ def _setup_sqlite(engine: Engine, lock_path: str | None) -> None:
         # Let SQLAlchemy's "begin" hook below issue BEGIN itself (pysqlite's own implicit
         # transaction handling cannot do BEGIN IMMEDIATE).
         dbapi_conn.isolation_level = None
-        if isinstance(dbapi_conn, _WriterQueueConnection):
-            dbapi_conn.lock_path = lock_path
+        dbapi_conn.lock_path = lock_path
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
@@ -175,11 +169,7 @@ def _setup_sqlite(engine: Engine, lock_path: str | None) -> None:
         if not writing:
             conn.exec_driver_sql("BEGIN")
             return
-        dbapi_conn = conn.connection.dbapi_connection
-        if isinstance(dbapi_conn, _WriterQueueConnection):
-            dbapi_conn.begin_write()
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.connection.dbapi_connection.begin_write()  # a _WriterQueueConnection
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:

@@ -308,3 +308,17 @@ def shape_picker(secret: bytes, nonce: str) -> Callable[[Sequence[Any]], Any]:
         return opts[int(torch.randint(len(opts), (1,), generator=g))]
 
     return pick
+
+
+def hidden_shape(h: dict[str, Any], pick: Callable[[Sequence[Any]], Any], i: int) -> dict[str, Any]:
+    """Hidden case ``i``'s B, T, heads, D and dtype from a spec's ``hidden:`` options, drawn in
+    this order (a problem's further draws follow, so a secret keeps giving the same cases)."""
+    hq, hkv = pick(h["heads"])
+    return {
+        "B": pick(h["B"]),
+        "T": pick(h["T"]),
+        "Hq": hq,
+        "Hkv": hkv,
+        "D": pick(h["D"]),
+        "dtype": h["dtypes"][i % len(h["dtypes"])],
+    }

@@ -23,6 +23,7 @@ from workers.problems.common import (
     case_seed,
     compare,
     fail,
+    hidden_shape,
     lowprec,
     out_floor,
     rng,
@@ -179,14 +180,8 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
     pick = shape_picker(secret, nonce)
 
     for i in range(int(h["count"])):
-        hq, hkv = pick(h["heads"])
         p = {
-            "B": pick(h["B"]),
-            "T": pick(h["T"]),
-            "Hq": hq,
-            "Hkv": hkv,
-            "D": pick(h["D"]),
-            "dtype": h["dtypes"][i % len(h["dtypes"])],
+            **hidden_shape(h, pick, i),
             "config": pick(h["configs"]),
             "favour": i % 3,
         }  # each branch favoured in turn by the gates

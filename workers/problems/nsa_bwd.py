@@ -28,6 +28,7 @@ from workers.problems.common import (
     Check,
     case_seed,
     compare,
+    hidden_shape,
     rng,
     sample,
     shape_picker,
@@ -71,14 +72,8 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
     h = ex.hidden
     pick = shape_picker(secret, nonce)
     for i in range(int(h["count"])):
-        hq, hkv = pick(h["heads"])
         p = {
-            "B": pick(h["B"]),
-            "T": pick(h["T"]),
-            "Hq": hq,
-            "Hkv": hkv,
-            "D": pick(h["D"]),
-            "dtype": h["dtypes"][i % len(h["dtypes"])],
+            **hidden_shape(h, pick, i),
             "config": pick(h["configs"]),
             "favour": i % 3,  # each branch favoured in turn by the gates
             # Large logits (low-precision logits and softmax gradients break) and the random

@@ -24,6 +24,7 @@ from workers.problems.common import (
     attention_gold,
     case_seed,
     fail,
+    hidden_shape,
     lowprec,
     public_cases,
     rng,
@@ -71,14 +72,8 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
     pick = shape_picker(secret, nonce)
 
     for i in range(int(h["count"])):
-        hq, hkv = pick(h["heads"])
         p = {
-            "B": pick(h["B"]),
-            "T": pick(h["T"]),
-            "Hq": hq,
-            "Hkv": hkv,
-            "D": pick(h["D"]),
-            "dtype": h["dtypes"][i % len(h["dtypes"])],
+            **hidden_shape(h, pick, i),
             "dist": h["dists"][i % len(h["dists"])],
             "causal": bool(i % 2 == 0),
             "layout": h["layouts"][i % len(h["layouts"])],
