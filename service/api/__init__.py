@@ -1,9 +1,10 @@
 """The REST API under ``/api/v1``: flask-smorest blueprints, one module per resource.
 
 Adding a resource (e.g. the grader's ``service/api/exercises.py``) is one line in ``BLUEPRINTS``:
-the module defines ``blp = flask_smorest.Blueprint(...)`` with ``url_prefix="/api/v1"``, its
+the module defines ``blp = service.api.common.Blueprint(...)`` with ``url_prefix="/api/v1"``, its
 marshmallow schemas beside it, and decorates each view with ``service.api.common.endpoint`` (auth,
-documented errors, transactions, ``Idempotency-Key``). Its paths then appear in
+documented errors, transactions, ``Idempotency-Key``, and running what the view's
+``@blp.arguments`` / ``@blp.response`` declare). Its paths then appear in
 ``/api/v1/openapi.json`` and on ``/api/v1/docs`` with no further change.
 """
 
