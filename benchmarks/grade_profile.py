@@ -89,6 +89,13 @@ def main() -> int:
         )
         print("|---|---|---|---|---|---|---|---|---|")
         print("\n".join(shape_rows("sub", r.details)))
+        for side, prof in (
+            ("sub", r.details.get("bench_profile") or {}),
+            ("ours", r.details.get("baseline") or {}),
+        ):
+            for shape, p in prof.items():
+                if isinstance(p, dict) and p.get("batch_end_split"):
+                    print(f"  batch ends, {side} {shape}: {p['batch_end_split']}")
         conf = r.details.get("confirmation")
         if conf:
             print(f"confirmation: {conf.get('speedup')}")

@@ -29,15 +29,8 @@ OUT=${OUT:-$WORK/out}
 rm -rf "$WORK/var" "$WORK/redis"; mkdir -p "$WORK/var" "$WORK/redis" "$OUT"
 t_start=$(date +%s)
 
-if [ "${SKIP_WHEELS:-0}" != 1 ]; then
-  # Python packages the GPU image lacks (flask, celery, redis, sqlalchemy, ...), from local wheels.
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl
-fi
-export PYTHONPATH="$WORK/site:$ROOT"
-# redis-server and bwrap from the unpacked Debian packages.
-for d in .deb/*.deb; do if [ -e "$d" ]; then dpkg -x "$d" "$WORK/deb"; fi; done
-export LD_LIBRARY_PATH="$WORK/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PATH="$WORK/deb/usr/bin:$PATH"
+# shellcheck source=benchmarks/gpu_env.sh
+. benchmarks/gpu_env.sh
 
 REDIS_PORT=${REDIS_PORT:-6391}
 API_PORT=${API_PORT:-8011}

@@ -116,12 +116,17 @@ def test_correct_solution_is_timed_beside_the_reference(watched: GradeResult) ->
     assert r.speedup is not None and r.speedup > 0
     assert len(r.details["raw_samples_ms"][t.name]) == t.n
     prof = r.details["bench_profile"][t.name]
-    # checked after each batch of 10: 4 of the first batch's, 1 of each later one's, plus the
-    # warm-up's first 3
+    # checked after each batch of 10: 4 of the first batch's, at most 1 of each later one's
+    # (drawn after the batch), plus the warm-up's first 3
     n_calls = t.n + prof["settle_calls"]
     sizes = [10] * (n_calls // 10) + ([n_calls % 10] if n_calls % 10 else [])
     assert prof["batches"] == 1 + len(sizes)
-    assert prof["checked"] == 3 + sum(min(1 + 3 * (i == 0), k) for i, k in enumerate(sizes))
+    first = 3 + min(4, sizes[0])
+    assert first <= prof["checked"] <= first + len(sizes) - 1
+    split = prof["batch_end_split"]
+    assert split["captures"] == prof["checked"]
+    assert split["check_ms"] > 0 and split["write_ms_per_capture"] > 0
+    assert {"check_gen_ms", "check_read_ms", "check_gold_ms"} <= set(split)
     assert prof["warmup_calls"] >= 3 and prof["loop_s"] > 0 and prof["null_ms"] > 0
     assert prof["overhead_ms"] > 0 and prof["batch_end_ms"] > 0
     assert prof["floor_stop"] is False  # a speedup the clamp keeps is measured in full
@@ -142,6 +147,7 @@ def test_correct_solution_is_timed_beside_the_reference(watched: GradeResult) ->
     # Both sides do the same host work: ours writes as many snapshots per batch (never
     # checked) as the submission's checked ones; neither is ever left behind in the job.
     assert base[t.name]["checked"] == 0 and base[t.name]["batches"] == prof["batches"]
+    assert base[t.name]["batch_end_split"]["captures"] == split["captures"]
     can = r.details["canary"]
     assert can["gpu_ms"] > 0 and can["host_ms"] > 0 and "baseline" not in can
 

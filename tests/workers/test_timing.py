@@ -195,3 +195,14 @@ def test_confirmed_score_uses_the_lower_speedup() -> None:
     assert r.verdict.value == "PASS" and r.speedup == 0.6
     assert r.details["confirmation"]["speedup"] == 0.6
     assert abs(r.score - (0.5 + 0.5 * 0.6)) < 1e-12
+
+
+def test_later_batches_are_checked_by_a_draw_made_after_them() -> None:
+    from workers.harness.timed import FIRST_BATCH_CHECKS, LATER_CHECK_P, batch_checks
+
+    assert all(batch_checks(True) == FIRST_BATCH_CHECKS for _ in range(20))
+    draws = [batch_checks(False) for _ in range(4000)]
+    assert set(draws) == {0, 1}
+    # a shortcut wrong on half of the calls gets through a later batch with probability
+    # (1 - p) + p / 2: 3/4 at p = 1/2, the figure the grader's docs state
+    assert abs(sum(draws) / len(draws) - LATER_CHECK_P) < 0.04

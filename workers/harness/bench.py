@@ -17,7 +17,7 @@ from workers.harness.failure import Failure
 from workers.harness.job import Job, job_gpus
 from workers.harness.phases import import_submission
 from workers.harness.procs import pin, stopped, timing_cpus, timing_turn
-from workers.harness.timed import Baseline, Side, baseline
+from workers.harness.timed import Baseline, Side, baseline, batch_checks
 from workers.results import GradeResult, ShapeTiming
 from workers.verdicts import Verdict
 
@@ -153,10 +153,15 @@ def bench_shape(
                 side.timed(counted=not settle)
         settle = False
         if sub.batch_full():
+            # one draw for both sides: ours writes as many captures as the submission's checks
+            k = batch_checks(sub.batches == 0)
             for side in sides:
-                side.end_batch()
+                side.end_batch(k=k)
             settle = True
     loop_s = time.monotonic() - t_loop
+    k = batch_checks(sub.batches == 0)  # the last, partial batch: one draw for both sides too
+    for side in sides:
+        side.end_batch(k=k)
     return sub.finish(loop_s), ours.finish(loop_s) if ours is not None else None
 
 

@@ -287,9 +287,12 @@ class Checker:
         wkey: int | None = None,
     ) -> Check:
         shape = self.bench[b]
+        clock = _Split(self.device)
         x = gen_inputs(shape.gens, seed, self.device)
+        clock.lap("gen_ms")
         try:
             chk, outs = self._read_outputs(shape.outputs, res, 0, tag, x, key, wkey)
+            clock.lap("read_ms")
             if not chk.ok:
                 return chk
             xs = {k: v.to(self.gold_device) for k, v in x.items()}
@@ -299,11 +302,33 @@ class Checker:
                     gen_inputs(shape.gens, rank_seed(seed, r), self.gold_device)
                     for r in range(1, self.world)
                 ]
-                return self.prob.check_bench(self.ex, shape, xs, outs, shards=shards)
-            return self.prob.check_bench(self.ex, shape, xs, outs)
+                chk = self.prob.check_bench(self.ex, shape, xs, outs, shards=shards)
+            else:
+                chk = self.prob.check_bench(self.ex, shape, xs, outs)
+            clock.lap("gold_ms")
+            chk.metrics["spent_ms"] = clock.laps
+            return chk
         finally:
             for p in (self.job / "out").glob(f"{tag}_*"):
                 p.unlink(missing_ok=True)
+
+
+class _Split:
+    """Milliseconds per step of a check, for operators (a batch end's cost in the profile)."""
+
+    def __init__(self, device: str) -> None:
+        self.sync = (
+            torch.cuda.synchronize if device == "cuda" and torch.cuda.is_available() else None
+        )
+        self.laps: dict[str, float] = {}
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.sync is not None:
+            self.sync()
+        now = time.perf_counter()
+        self.laps[name] = round((now - self.t) * 1e3, 3)
+        self.t = now
 
 
 _OUT = sys.stdout  # the reply channel; stray prints are sent to stderr in __main__
@@ -341,12 +366,14 @@ def main() -> None:
                 c = checker.bench_check(
                     int(cmd["b"]), int(cmd["seed"]), cmd["result"], cmd["tag"], key, wkey
                 )
+                spent = c.metrics.pop("spent_ms", {})
                 _reply(
                     {
                         "ok": True,
                         "verdict": c.verdict.value if c.verdict else None,
                         "message": c.message,
                         "metrics": _jsonable(c.metrics),
+                        "spent_ms": spent,
                     }
                 )
             elif op == "canary":

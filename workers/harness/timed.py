@@ -32,17 +32,27 @@ from workers.verdicts import Verdict
 
 #: Calls per batch, and how many of a batch's calls are checked once it is over: a submission
 #: wrong on more than half of a 10-call batch escapes 4 random checks with probability
-#: C(4,4)/C(10,4) < 0.5 %, and a loop has at least one such batch per shape. Later batches get
-#: one check each: the score is the median, which only moves if at least half of the calls are
-#: faster, so a shortcut that pays must be wrong on at least half of them, and then escapes k
-#: later batches' single checks with probability at most 2^-k (2^-19 over a 200-call loop).
-#: Each check costs a capture written and read and its fp64 gold (about 150 ms at merge's
-#: benchmark shapes on the H200): two per later batch were half the loop's time.
+#: C(4,4)/C(10,4) < 0.5 %, and a loop has at least one such batch per shape. A later batch gets
+#: one check with probability LATER_CHECK_P, drawn after the batch: the score is the median,
+#: which only moves if at least half of the calls are faster, so a shortcut that pays must be
+#: wrong on at least half of them, and then gets through a later batch with probability at most
+#: (1 - p) + p / 2 = 3/4 (0.75^19 < 0.5 % over a 200-call loop's later batches, on top of the
+#: first batch's 0.5 %). Each check costs a capture written and read on both sides (ours writes
+#: as many, never read) and its fp64 gold: about 280 ms at merge's benchmark shapes on the H200
+#: in run 14, when one check in every later batch was half the loop's time.
 BATCH = 10
 FIRST_BATCH_CHECKS = 4
-LATER_BATCH_CHECKS = 1
+LATER_CHECK_P = 0.5
 NULL_CALLS = 5
 _rand = secrets.SystemRandom()
+
+
+def batch_checks(first: bool) -> int:
+    """How many of a finished batch's calls to check: FIRST_BATCH_CHECKS in a loop's first
+    batch, then one with probability LATER_CHECK_P (the draw made after the batch)."""
+    if first:
+        return FIRST_BATCH_CHECKS
+    return 1 if _rand.random() < LATER_CHECK_P else 0
 
 
 @dataclass
@@ -281,15 +291,16 @@ class Side:
     def batch_full(self) -> bool:
         return len(self.batch) >= BATCH
 
-    def end_batch(self, checks: list[str] | None = None) -> None:
-        """The batch's integrity checks, then the calls chosen now (after the batch) are
-        checked against their committed digests and the fp64 gold."""
+    def end_batch(self, checks: list[str] | None = None, k: int | None = None) -> None:
+        """The batch's integrity checks, then ``k`` calls chosen now (after the batch; drawn
+        by ``batch_checks`` when not given) are checked against their committed digests and
+        the fp64 gold."""
         if not self.batch:
             return
         self.integrity()
         tags = [t for t, _, _ in self.batch]
         if checks is None:
-            k = FIRST_BATCH_CHECKS if self.batches == 0 else LATER_BATCH_CHECKS
+            k = batch_checks(self.batches == 0) if k is None else k
             checks = _rand.sample(tags, min(k, len(tags)))
         # a call whose outputs could not be captured (wrong type, dtype, shape) is always
         # checked: the checker names the violation
@@ -306,6 +317,14 @@ class Side:
             emitted = self.job.recv_all(self.deadline, "benchmark")
         except Failure as f:
             raise self.fail(f.verdict, f.message) from None
+        self.cost["emit_s"] += time.perf_counter() - t0
+        spent = emitted[0].get("spent")
+        if isinstance(spent, dict):  # the runner's own account: for the operators' profile only
+            for k in ("write_ms", "digest_ms"):
+                v = spent.get(k)
+                if isinstance(v, (int, float)):
+                    self.cost[f"runner_{k}"] += float(v)
+        self.cost["captures"] += len(checks)
         seeds = {t: s for t, s, _ in self.batch}
         self.batch = []
         self.batches += 1
@@ -329,6 +348,7 @@ class Side:
         digests = emitted.get("inputs")
         if isinstance(digests, dict):
             res["inputs"] = {k: {**v, **(digests.get(k) or {})} for k, v in res["inputs"].items()}
+        t0 = time.perf_counter()
         rep = self.job.checker.ask(
             {
                 "op": "bench_check",
@@ -340,6 +360,9 @@ class Side:
                 "wkey": self.wkey,
             }
         )
+        self.cost["check_s"] += time.perf_counter() - t0
+        for k, v in (rep.get("spent_ms") or {}).items():
+            self.cost[f"checker_{k}"] += float(v)
         self.checked += 1
         if rep.get("verdict"):
             raise Failure(Verdict(rep["verdict"]), f"benchmark {self.name}: {rep['message']}")
@@ -415,6 +438,22 @@ class Side:
                 f"{self.shape['floor_ms']:.4f} ms",
             )
 
+    def _batch_end_split(self) -> dict[str, float]:
+        c = self.cost
+        per_end, per_cap = max(1.0, c["batches"]), max(1.0, c["captures"])
+        per_check = max(1, self.checked)
+        split = {
+            "emit_ms": 1e3 * c["emit_s"] / per_end,
+            "captures": c["captures"],
+            "write_ms_per_capture": c["runner_write_ms"] / per_cap,
+            "digest_ms_per_capture": c["runner_digest_ms"] / per_cap,
+            "check_ms": 1e3 * c["check_s"] / per_check,
+        }
+        for k in ("gen_ms", "read_ms", "gold_ms"):
+            if f"checker_{k}" in c:
+                split[f"check_{k}"] = c[f"checker_{k}"] / per_check
+        return {k: round(v, 3) for k, v in split.items()}
+
     def finish(self, loop_s: float) -> dict[str, Any]:
         self.end_batch()
         self.integrity()
@@ -438,6 +477,9 @@ class Side:
                 "batch_end_ms": round(
                     1e3 * self.cost["batch_end_s"] / max(1, self.cost["batches"]), 2
                 ),
+                # a batch end's parts: the captures written (per batch end, and the runner's
+                # own split per capture), then each check in the checker (its split per check)
+                "batch_end_split": self._batch_end_split(),
                 "loop_s": round(loop_s, 3),
                 "floor_stop": self.floor_stop,
                 "rel_se": round(st.rel_se, 5) if st.rel_se < float("inf") else None,

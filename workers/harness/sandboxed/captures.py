@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from .wire import raw_view
 # bound before any student code exists (a replaced builtin cannot reach them)
 _type = type
 _isinstance = isinstance
+_perf = time.perf_counter
 
 
 class CapturesPart:
@@ -128,13 +130,19 @@ class CapturesPart:
         (the key drawn after the batch), then the whole batch released."""
         key = int(msg["key"])
         calls = {}
+        # where a batch end's seconds go, for operators only (the parent trusts none of it)
+        spent = {"write_ms": 0.0, "digest_ms": 0.0}
         for cid in msg.get("ids", []):
             p = self.calls.get(cid)
             if p is None:
                 continue
+            t0 = _perf()
             self.write_captures(p)
+            t1 = _perf()
             calls[cid] = {"inputs": {n: self.describe_input(t, key=key) for n, t in p.x.items()}}
+            spent["write_ms"] += (t1 - t0) * 1e3
+            spent["digest_ms"] += (_perf() - t1) * 1e3
         last = self.calls.get(msg.get("keep", ""))
         self.calls.clear()
         self.keep = [last.x, last.ret] if last is not None else []
-        return {"t": "emitted", "calls": calls}
+        return {"t": "emitted", "calls": calls, "spent": spent}
