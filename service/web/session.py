@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import Flask, Request, Response, g, request
+from flask.sessions import SecureCookieSessionInterface, SessionMixin
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -177,8 +178,21 @@ def clear_cookie(resp: Response) -> None:
     resp.delete_cookie(COOKIE, path="/", **cookie_kwargs(request))
 
 
+class FlaskCookieSessions(SecureCookieSessionInterface):
+    """Flask's own signed-cookie session (``flask.session``; the pages sign in with the cookie
+    above), without a signing serializer built for a request that carries no such cookie, as
+    every API call does: building it was a fortieth of a quiz answer's CPU, for an empty
+    session. A request with the cookie, and an app without a secret key, go as before."""
+
+    def open_session(self, app: Flask, request: Request) -> SessionMixin | None:
+        if app.secret_key and not request.cookies.get(self.get_cookie_name(app)):
+            return self.session_class()
+        return super().open_session(app, request)
+
+
 def init_app(app: Flask) -> None:
     """Links and redirects keep the session in the URL when that is how it came."""
+    app.session_interface = FlaskCookieSessions()
 
     @app.url_defaults
     def _carry(endpoint: str, values: dict[str, object]) -> None:

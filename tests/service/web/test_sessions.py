@@ -132,3 +132,29 @@ def test_page_ids_no_row_can_have_are_404_not_an_overflow(world: World, path: st
     for n in (0, 2**31, 30541092336120229888):
         r = c.get(path.format(n=n))
         assert r.status_code == 404, (path, n, r.status_code)
+
+
+def test_flask_session_is_read_only_from_its_cookie(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flask import Flask, Request
+    from werkzeug.test import EnvironBuilder
+
+    from service.web.session import FlaskCookieSessions
+
+    app, sessions = world.app, world.app.session_interface
+    assert isinstance(sessions, FlaskCookieSessions)
+    cookie = sessions.get_signing_serializer(app).dumps({"n": 1})
+    name = sessions.get_cookie_name(app)
+
+    def request(**headers: str) -> Request:
+        return Request(EnvironBuilder(path="/api/v1/whoami", headers=headers).get_environ())
+
+    assert dict(sessions.open_session(app, request(Cookie=f"{name}={cookie}"))) == {"n": 1}
+    assert sessions.open_session(Flask("no-secret-key"), request()) is None
+    built = []
+    monkeypatch.setattr(sessions, "get_signing_serializer", lambda a: built.append(a))
+    assert dict(sessions.open_session(app, request())) == {}
+    # an API call with its bearer token: no cookie, no signing serializer built for it
+    assert world.get("/api/v1/whoami", "alice").status_code == 200
+    assert built == []
