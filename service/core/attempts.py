@@ -285,13 +285,24 @@ def answer(
         stored = _store(session, target, item.id, values)
         if stored is None:  # the attempt's lock is held: nothing else can answer it now
             raise RuntimeError(f"answer to {item.id!r} of {attempt_id!r} moved under the lock")
-    response_id, times = stored
-    # a plain object for the view, never added to the session (nothing for it to flush)
-    rec = ResponseRecord(
-        id=response_id, attempt_id=target.id, item_id=item.id, times_answered=times, **values
-    )
+    rec = _Stored(attempt_id=target.id, item_id=item.id, times_answered=stored[1], **values)
     view = response_view(rec, item, quiz, target.lang, reanswer=quiz.settings.allow_reanswer)
     return Answered(target.response_id is None, view)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """The answer as ``_store`` wrote it, for its view (a ``views.StoredAnswer``)."""
+
+    attempt_id: str
+    item_id: str
+    item_revision: int
+    answer: list[str]
+    correct: bool
+    points: float
+    max_points: float
+    times_answered: int
+    answered_at: datetime
 
 
 def _store(

@@ -8,10 +8,25 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from item_bank.model import Item, Quiz, Text
-from service.db.attempts import ResponseRecord
+
+
+class StoredAnswer(Protocol):
+    """A stored response as ``response_view`` reads it: a ``ResponseRecord``, or the plain
+    values an answer just wrote (building an ORM object for them cost more than their view)."""
+
+    attempt_id: str
+    item_id: str
+    item_revision: int
+    answer: list[str]
+    correct: bool
+    points: float
+    max_points: float
+    times_answered: int
+    answered_at: datetime
 
 
 def render(text: Text, lang: str, source_lang: str) -> str:
@@ -106,7 +121,7 @@ def feedback_for(item: Item, quiz: Quiz, lang: str, answer: Sequence[str]) -> di
 
 
 def response_view(
-    rec: ResponseRecord, item: Item | None, quiz: Quiz, lang: str, *, reanswer: bool
+    rec: StoredAnswer, item: Item | None, quiz: Quiz, lang: str, *, reanswer: bool
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "attempt_id": rec.attempt_id,
