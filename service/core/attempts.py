@@ -232,10 +232,13 @@ _ANSWER_TARGET = (
     .select_from(_WITH_ITEM_RESPONSE.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
     .where(_A.id == bindparam("attempt_id"))
 )
-#: The status once the write lock is held (PostgreSQL: the attempt's row lock, which answers and
-#: submits of the same attempt take in turn, and the latest committed status).
+#: PostgreSQL: the same under the attempt's row lock, which answers and submits of one attempt
+#: take in turn; its status is then the latest committed one (READ COMMITTED rereads a row it
+#: waited for). The item's answer joined to it may be older: the insert or replacement below
+#: applies only to the answer that was read, so a newer one is seen by checking again.
+_LOCKED_ANSWER_TARGET = _ANSWER_TARGET.with_for_update(of=Attempt.__table__)
+#: SQLite: the status once the write lock is held.
 _STATUS = select(_A.status).where(_A.id == bindparam("attempt_id"))
-_LOCKED_STATUS = _STATUS.with_for_update()
 
 
 def _insert_new(dialect: str) -> Any:
@@ -264,23 +267,26 @@ def answer(
 ) -> Answered:
     """Record an answer and return its immediate feedback (in the attempt's language).
 
-    Read without a lock, the answer is checked and scored first; then the write lock is taken
-    (``begin_writing``) and the two things a concurrent request could have changed meanwhile
-    are checked: the attempt's status (read again) and this item's stored answer (the insert or
-    replacement applies only to the answer that was read); if either moved, the answer is
-    checked again against what is stored now. On SQLite this keeps the database's one writer
-    lock to a SELECT, an INSERT and the commit; on PostgreSQL an answer is one round trip less.
+    SQLite: read without a lock, the answer is checked and scored first; then the write lock is
+    taken (``begin_writing``) and the status, which a concurrent submit could have changed
+    meanwhile, is read again; if it moved, the answer is checked again. This keeps the
+    database's one writer lock to a SELECT, an INSERT and the commit. PostgreSQL: the first
+    read takes the attempt's row lock, which only requests of the same attempt wait for, and
+    reads its latest status: one round trip fewer than reading it again under the lock.
+    Either way the insert or replacement applies only to the item's answer that was read; if a
+    concurrent request's came first, the answer is checked again against it.
     """
     # an id no item can have (a NUL byte, say) looks up none: the check below names it
     params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
-    target = _answer_target(session, actor, params)
+    locked = is_postgres(session.get_bind())
+    target = _answer_target(session, actor, params, locked)
     quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
-    if begin_writing(session) and _status_moved(session, target):
-        target = _answer_target(session, actor, params)
+    if not locked and begin_writing(session) and _status_moved(session, target):
+        target = _answer_target(session, actor, params, locked)
         quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
     stored = _store(session, target, item.id, values)
     if stored is None:  # another request answered the item after it was read: check again
-        target = _answer_target(session, actor, params)
+        target = _answer_target(session, actor, params, locked)
         quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
         stored = _store(session, target, item.id, values)
         if stored is None:  # the attempt's lock is held: nothing else can answer it now
@@ -322,11 +328,14 @@ def _store(
     return target.response_id, before + 1
 
 
-def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -> _Target:
+def _answer_target(
+    session: Session, actor: Principal, params: dict[str, str], locked: bool
+) -> _Target:
     attempt_id = params["attempt_id"]
     row = None
     if _ATTEMPT_ID.match(attempt_id):
-        row = session.connection().execute(_ANSWER_TARGET, params).first()
+        stmt = _LOCKED_ANSWER_TARGET if locked else _ANSWER_TARGET
+        row = session.connection().execute(stmt, params).first()
     _check_visible(actor, attempt_id, row)
     assert row is not None
     quizzes_store.note_version(session, row.quiz_id, row.revision, row.updated_at)
@@ -382,10 +391,9 @@ def _check_answer(
 
 
 def _status_moved(session: Session, target: _Target) -> bool:
-    """Whether the attempt's status changed since ``target`` was read (PostgreSQL: locks it)."""
-    conn = session.connection()
-    stmt = _LOCKED_STATUS if is_postgres(conn) else _STATUS
-    return conn.execute(stmt, {"attempt_id": target.id}).scalar() != target.status
+    """Whether the attempt's status changed since ``target`` was read."""
+    status = session.connection().execute(_STATUS, {"attempt_id": target.id}).scalar()
+    return status != target.status
 
 
 def submit(session: Session, actor: Principal, attempt: Attempt) -> grading.AttemptScore:

@@ -8,6 +8,7 @@ import threading
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -210,8 +211,12 @@ def test_concurrent_double_answer_stores_one_response(world: World, session: Ses
 
 
 def _race_before_lock(world: World, monkeypatch: Any, racer: Any) -> list[Any]:
-    """Run ``racer`` (another request) once, between an answer's checks and its write lock."""
+    """Run ``racer`` (another request) once, between an answer's checks and its write lock
+    (SQLite's; on PostgreSQL an answer's first read takes the attempt's row lock)."""
     from service.core import attempts as core_attempts
+
+    if _postgres(world):
+        pytest.skip("no window between read and lock: test_answer_waits_for_the_attempts_lock")
 
     real, raced, started = core_attempts.begin_writing, [], []
 
@@ -258,6 +263,35 @@ def test_answer_refused_when_the_attempt_is_submitted_before_its_lock(
     r = world.answer(aid, "q1", ["a"])
     assert raced[0].status_code == 200
     assert r.status_code == 409 and "already submitted" in r.get_json()["message"]
+    assert _count(session, ResponseRecord) == 0
+
+
+def _postgres(world: World) -> bool:
+    return world.app.config["DATABASE_URL"].startswith("postgresql")
+
+
+def test_answer_waits_for_the_attempts_lock(world: World, session: Session) -> None:
+    """PostgreSQL: a submit holds the attempt's row lock; an answer meanwhile waits for it and
+    then sees the attempt submitted. (SQLite: the writer lock, tests above.)"""
+    if not _postgres(world):
+        pytest.skip("PostgreSQL's row lock")
+    aid = world.start("quiz-a")["id"]
+    session.execute(select(Attempt.id).where(Attempt.id == aid).with_for_update())
+    session.execute(update(Attempt).where(Attempt.id == aid).values(status="submitted"))
+    answered: list[Any] = []
+    client = world.app.test_client()
+    url = f"/api/v1/attempts/{aid}/responses"
+    body = {"item_id": "q1", "answer": ["b"]}
+    t = threading.Thread(
+        target=lambda: answered.append(client.post(url, headers=world.h("alice"), json=body))
+    )
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not answered  # waiting for the lock
+    session.commit()
+    t.join(10)
+    assert answered[0].status_code == 409
+    assert "already submitted" in answered[0].get_json()["message"]
     assert _count(session, ResponseRecord) == 0
 
 
