@@ -185,7 +185,9 @@ class FlaskCookieSessions(SecureCookieSessionInterface):
     session. A request with the cookie, and an app without a secret key, go as before."""
 
     def open_session(self, app: Flask, request: Request) -> SessionMixin | None:
-        if app.secret_key and not request.cookies.get(self.get_cookie_name(app)):
+        # WSGI keeps the Cookie header under one key; request.cookies would walk every header
+        cookies = "HTTP_COOKIE" in request.environ
+        if app.secret_key and not (cookies and request.cookies.get(self.get_cookie_name(app))):
             return self.session_class()
         return super().open_session(app, request)
 
