@@ -50,6 +50,19 @@ def test_past_floor_needs_every_call_beyond_the_clamp() -> None:
     assert not timing.past_floor([3.0] * timing.MIN_ITERS, base, clamp=4.0)
 
 
+def test_far_beyond_the_floor_stops_after_a_few_calls() -> None:
+    k = timing.FLOOR_FAST_ITERS
+    base = [1.0] * k
+    # 21x our slowest > 4 (clamp) x 1.25 x 4: past the floor after k calls a side
+    assert timing.past_floor([21.0] * k, base, clamp=4.0)
+    assert not timing.past_floor([21.0] * (k - 1), base, clamp=4.0)
+    assert not timing.past_floor([21.0] * k, base[:-1], clamp=4.0)
+    # 6x is past the floor only with MIN_ITERS calls a side; one fast call keeps it going
+    assert not timing.past_floor([6.0] * k, base, clamp=4.0)
+    assert not timing.past_floor([21.0] * (k - 1) + [19.0], base, clamp=4.0)
+    assert not timing.past_floor([21.0] * k, [*base[:-1], 1.1], clamp=4.0)
+
+
 def test_the_parent_clock_bounds_the_reported_time() -> None:
     # honest: 0.6 ms reported, 0.35 ms of harness overhead per call, some jitter
     walls = [0.95 + 0.01 * (i % 5) for i in range(20)]

@@ -127,6 +127,7 @@ class Rank(
         self.calls: dict[str, calls.Pending] = {}  # the current batch's calls
         self.weights: dict[tuple[int, int], Any] = {}
         self.digest_tmp: dict[int, Any] = {}  # int32 product buffers for the digests, by size
+        self.staging: dict[Any, Any] = {}  # pinned host buffers for the captures, by shape
         self.group: Any = None
         self.flush: Any = None
         self.cudart: Any = None

@@ -25,6 +25,12 @@ CANARY_TOLERANCE = 0.05  # a job's canary this far from the baseline's: a noisy 
 # A submission whose every call so far took this much longer than clamp x our reference's
 # slowest is at the score's floor; the loop stops there (see past_floor).
 FLOOR_STOP_MARGIN = 1.25
+# ... and already after FLOOR_FAST_ITERS calls a side when every one of them took more than
+# FLOOR_FAST_MARGIN x that: a dense torch first attempt at 1,000x our reference's time (NSA's
+# known correct solutions take 2 s a call against 2.5 ms) otherwise spent 20 s on 10 calls
+# whose score the clamp had already fixed.
+FLOOR_FAST_ITERS = 3
+FLOOR_FAST_MARGIN = 4.0
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
 # Wall-clock plausibility (grader spec §5): the median call's parent wall time, less the
 # harness's per-call overhead O, must be accounted for by its reported time within
@@ -98,15 +104,25 @@ def past_floor(
 ) -> bool:
     """The submission's speedup is at its clamp floor (1/clamp) whatever more calls would show:
     each side has its MIN_ITERS counted calls, and the submission's fastest took more than
-    ``clamp * margin`` times our reference's slowest. For a median to cross back, most of the
-    calls still to come would have to land beyond every call seen so far on both sides.
+    ``clamp * margin`` times our reference's slowest; or each side has FLOOR_FAST_ITERS calls
+    and the submission's fastest took more than ``clamp * margin * FLOOR_FAST_MARGIN`` times
+    ours' slowest. For a median to cross back, most of the calls still to come would have to
+    land beyond every call seen so far on both sides (and, after the fast stop, several times
+    beyond).
 
-    Why stop: a slow first attempt (a dense torch version, 10-500x our reference's time) would
-    otherwise run the loop until its wall budget, for a number the clamp throws away.
+    Why stop: a slow first attempt (a dense torch version, 10-1000x our reference's time) would
+    otherwise run the loop until its wall budget, for a number the clamp throws away. Nothing is
+    gained by being stopped here: the score is the lowest there is, and every call of a loop this
+    short is checked (a first batch checks up to 4 of its calls).
     """
-    if len(sub) < MIN_ITERS or len(base) < MIN_ITERS or clamp <= 0:
+    if clamp <= 0 or not sub or not base:
         return False
-    return min(sub) > clamp * margin * max(base)
+    n = min(len(sub), len(base))
+    if n >= MIN_ITERS:
+        return min(sub) > clamp * margin * max(base)
+    if n >= FLOOR_FAST_ITERS:
+        return min(sub) > clamp * margin * FLOOR_FAST_MARGIN * max(base)
+    return False
 
 
 def side_stream_escape(streams_ms: list[float], syncs_ms: list[float]) -> bool:

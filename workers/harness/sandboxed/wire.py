@@ -38,11 +38,14 @@ def raw_view(t: Any) -> memoryview:
     return memoryview(t.numpy()).cast("B")
 
 
-def read_raw(path: str | os.PathLike[str], dtype: str, shape: list[int]) -> Any:
-    """A raw file read straight into a new CPU tensor; the size must match exactly."""
+def read_raw(
+    path: str | os.PathLike[str], dtype: str, shape: list[int], out: Any | None = None
+) -> Any:
+    """A raw file read straight into a new CPU tensor (or into ``out``, a contiguous CPU tensor
+    of that dtype and shape); the size must match exactly."""
     import torch
 
-    t = torch.empty([int(s) for s in shape], dtype=dtype_of(dtype))
+    t = torch.empty([int(s) for s in shape], dtype=dtype_of(dtype)) if out is None else out
     buf = raw_view(t)
     with open(path, "rb") as f:
         n = f.readinto(buf) if len(buf) else 0
