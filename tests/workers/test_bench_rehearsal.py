@@ -35,7 +35,8 @@ from workers.harness.procs import (
     timing_turn,
     tree_pids,
 )
-from workers.harness.timing import FLOOR_FAST_ITERS, MIN_ITERS, WARMUP_CALLS
+from workers.harness.timed import FIRST_BATCH_CHECKS
+from workers.harness.timing import FLOOR_FAST_ITERS, MIN_ITERS, MIN_PLAUSIBLE_CALLS, WARMUP_CALLS
 from workers.results import GradeResult
 from workers.verdicts import Verdict
 
@@ -194,8 +195,31 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     prof = r.details["bench_profile"][t.name]
     assert prof["floor_stop"] is True
     assert t.n == FLOOR_FAST_ITERS, prof
-    assert prof["checked"] == WARMUP_CALLS + FLOOR_FAST_ITERS  # the warm-up's, then every call
+    # the warm-up's checks, then the loop's first batch's
+    assert prof["checked"] == WARMUP_CALLS + min(FIRST_BATCH_CHECKS, FLOOR_FAST_ITERS)
+    # enough calls for the wall-clock checks: a forged clock is judged at the floor too
+    assert FLOOR_FAST_ITERS >= MIN_PLAUSIBLE_CALLS
     assert r.speedup == pytest.approx(1 / 4.0)
+
+
+def test_a_forged_clock_far_beyond_the_floor_is_still_caught() -> None:
+    # The bank's slow-clock cheat (clock and events 4x slow) on a submission 1,000x our
+    # reference's time: the loop stops early at the floor, but not before the wall-clock check
+    # has its calls (run 15 on the H200 passed NSA's slow_clock at the floor after 3 calls)
+    src = _src("attention-merge", "solutions/wrong/slow_clock.py") + (
+        b"""
+import time as _time
+_clocked = merge_attention
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    if out_a.shape[1] >= 1024:  # the benchmark's calls (the hidden tests are T <= 100)
+        _time.sleep(1.5)
+    return _clocked(out_a, lse_a, out_b, lse_b)
+"""
+    )
+    r = grade("attention-merge", src, device="cpu")
+    assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
+    assert "implausible against the grader's clock" in r.output
 
 
 def test_paired_timed_calls_come_from_a_fresh_runner(watched: GradeResult) -> None:

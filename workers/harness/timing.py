@@ -25,11 +25,10 @@ CANARY_TOLERANCE = 0.05  # a job's canary this far from the baseline's: a noisy 
 # A submission whose every call so far took this much longer than clamp x our reference's
 # slowest is at the score's floor; the loop stops there (see past_floor).
 FLOOR_STOP_MARGIN = 1.25
-# ... and already after FLOOR_FAST_ITERS calls a side when every one of them took more than
-# FLOOR_FAST_MARGIN x that: a dense torch first attempt at 1,000x our reference's time (NSA's
-# known correct solutions take 2 s a call against 2.5 ms) otherwise spent 20 s on 10 calls
-# whose score the clamp had already fixed.
-FLOOR_FAST_ITERS = 3
+# ... and already after FLOOR_FAST_ITERS (below) calls a side when every one of them took
+# more than FLOOR_FAST_MARGIN x that: a dense torch first attempt at 1,000x our reference's
+# time (NSA's known correct solutions take 2 s a call against 2.5 ms) otherwise spent 20 s on
+# 10 calls whose score the clamp had already fixed.
 FLOOR_FAST_MARGIN = 4.0
 HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff review
 # Wall-clock plausibility (grader spec §5): the median call's parent wall time, less the
@@ -39,6 +38,10 @@ HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff revie
 PLAUSIBLE_ABS_MS = {"cuda": 0.05, "cpu": 1.0}
 PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 0.25}
 MIN_PLAUSIBLE_CALLS = 5
+# At least the calls the wall-clock and digest-phase checks need to judge: a forged clock stays
+# an INTEGRITY_VIOLATION at the floor too (run 15 stopped NSA's slow_clock cheat after 3 calls
+# and passed it at the floor, unjudged).
+FLOOR_FAST_ITERS = MIN_PLAUSIBLE_CALLS
 # The digest phase after a window (its outputs' digests, then the reply) against the null
 # call's: a lower quartile more than ABS + REL x that is work done after the window. Work a
 # submission moves past the window is there on every call, so it lifts the quartile as much as
