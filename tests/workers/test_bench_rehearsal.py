@@ -144,6 +144,10 @@ def test_correct_solution_is_timed_beside_the_reference(watched: GradeResult) ->
     ref_samples = r.details["ref_raw_samples_ms"][t.name]
     assert len(ref_samples) == base[t.name]["calls"] >= MIN_ITERS
     assert t.ref_median_ms == pytest.approx(statistics.median(ref_samples), rel=1e-3)
+    # the speedup is round by round: the median of ours' call over the submission's per round
+    subs = r.details["raw_samples_ms"][t.name]
+    ratios = [o / s for o, s in zip(ref_samples, subs, strict=True)]
+    assert t.speedup == pytest.approx(min(4.0, max(0.25, statistics.median(ratios))), rel=1e-3)
     assert base[t.name]["loop_s"] == prof["loop_s"]  # one loop for both
     # Both sides do the same host work: ours writes as many snapshots per batch (never
     # checked) as the submission's checked ones; neither is ever left behind in the job.

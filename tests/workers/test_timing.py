@@ -219,3 +219,17 @@ def test_later_batches_are_checked_by_a_draw_made_after_them() -> None:
     # a shortcut wrong on half of the calls gets through a later batch with probability
     # (1 - p) + p / 2: 3/4 at p = 1/2, the figure the grader's docs state
     assert abs(sum(draws) / len(draws) - LATER_CHECK_P) < 0.04
+
+
+def test_a_paired_speedup_is_the_median_of_its_rounds_ratios() -> None:
+    # the host slows down for the last rounds (both sides alike): round by round, ours and the
+    # submission stay equal, while the ratio of the two medians reads the drift as a speedup
+    sub = [1.0, 1.0, 1.0, 1.6, 1.6]
+    ours = [1.0, 1.0, 1.6, 1.6, 1.6]  # the host slowed one round earlier for ours' turn
+    ratios = [o / s for o, s in zip(ours, sub, strict=True)]
+    assert timing.paired_speedup(ours, sub, clamp=4.0) == pytest.approx(1.0)
+    assert timing.clamp_speedup(1.6, 1.0, 4.0) == pytest.approx(1.6)  # the medians' ratio
+    assert timing.paired_speedup(ours, sub, clamp=4.0) == pytest.approx(sorted(ratios)[2])
+    # clamped both ways, like every speedup
+    assert timing.paired_speedup([9.0] * 3, [1.0] * 3, clamp=4.0) == 4.0
+    assert timing.paired_speedup([1.0] * 3, [9.0] * 3, clamp=4.0) == 0.25

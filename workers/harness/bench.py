@@ -235,9 +235,12 @@ def run_benchmark(
     res.details["canary"]["turn_wait_s"] = round(canary_wait, 3)
     clamp = float(job.ex.scoring["clamp"])
     speedups = []
-    for shape, s, r in zip(plan["bench"], subs, refs, strict=True):
+    for shape, s, r, pair in zip(plan["bench"], subs, refs, pairs, strict=True):
         st = s["stats"]
-        sp = timing.clamp_speedup(r, st.median, clamp) if r else None
+        if pair is not None:  # round by round against ours: see timing.paired_speedup
+            sp: float | None = timing.paired_speedup(pair["samples"], s["samples"], clamp)
+        else:
+            sp = timing.clamp_speedup(r, st.median, clamp) if r else None
         if sp is not None:
             speedups.append(sp)
         # a CPU rehearsal's times are not a GPU's: no roofline position there
