@@ -22,6 +22,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from service.db.courses import Course
+from service.db.prepared import Prepared
 from service.db.tokens import ROLES, ApiToken
 
 TOKEN_PREFIX = "kg_"
@@ -86,18 +87,20 @@ def revoke_token(session: Session, token_id: int) -> bool:
 
 
 _T = ApiToken.__table__.c
-_TOKEN_LOOKUP = select(
-    _T.id, _T.name, _T.role, _T.token_hash, _T.revoked, _T.user_id, _T.course_id
-).where(_T.token_hash == bindparam("digest"))
+_TOKEN_LOOKUP = Prepared(
+    select(_T.id, _T.name, _T.role, _T.token_hash, _T.revoked, _T.user_id, _T.course_id).where(
+        _T.token_hash == bindparam("digest")
+    )
+)
 
 
 def authenticate(session: Session, token: str) -> Principal | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
     digest = hash_token(token)
-    # Core on the session's connection (same transaction): every API request runs this, and
-    # the ORM's statement handling costs more than the lookup itself.
-    row = session.connection().execute(_TOKEN_LOOKUP, {"digest": digest}).first()
+    # on the session's connection (same transaction): every API request runs this, and the
+    # ORM's statement handling, even Core's, costs more than the lookup itself
+    row = _TOKEN_LOOKUP.execute(session.connection(), {"digest": digest}).first()
     if row is None or row.revoked or not hmac.compare_digest(row.token_hash, digest):
         return None
     return Principal(
