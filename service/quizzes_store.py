@@ -17,12 +17,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from item_bank import BankError, Quiz, check_bank, dump_quiz, load_quiz
 from item_bank.schema import ID_RE
 from service.db.base import utcnow
+from service.db.prepared import Prepared
 from service.db.quizzes import ItemRevision, QuizRecord
 
 
@@ -82,6 +83,10 @@ def _quiz_content(data: dict[str, Any]) -> str:
 
 
 _QUIZ_ID = re.compile(ID_RE)
+_Q = QuizRecord.__table__.c
+#: the quiz row's version: starting an attempt reads it to find its parsed quiz in the cache
+_VERSION = Prepared(select(_Q.revision, _Q.updated_at).where(_Q.id == bindparam("quiz_id")))
+_VERSION_FOR_UPDATE = Prepared(_VERSION.stmt.with_for_update())  # type: ignore[attr-defined]
 
 
 def get_quiz(session: Session, quiz_id: str, *, for_update: bool = False) -> Quiz:
@@ -93,10 +98,8 @@ def get_quiz(session: Session, quiz_id: str, *, for_update: bool = False) -> Qui
     if seen is not None and seen[0] is not None and seen[0] is session.get_transaction():
         revision, updated_at = seen[1], seen[2]
     else:
-        stmt = select(QuizRecord.revision, QuizRecord.updated_at).where(QuizRecord.id == quiz_id)
-        if for_update:
-            stmt = stmt.with_for_update()
-        row = session.execute(stmt).first()
+        stmt = _VERSION_FOR_UPDATE if for_update else _VERSION
+        row = stmt.execute(session.connection(), {"quiz_id": quiz_id}).first()
         if row is None:
             raise QuizNotFound(quiz_id)
         revision, updated_at = row.revision, row.updated_at

@@ -30,6 +30,7 @@ from service.db import advisory_lock, begin_writing, is_postgres
 from service.db.attempts import IN_PROGRESS, SUBMITTED, Attempt, ResponseRecord
 from service.db.base import utcnow
 from service.db.courses import Assignment
+from service.db.prepared import Prepared
 from service.db.quizzes import QuizRecord
 
 _ATTEMPT_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -61,12 +62,40 @@ def _same_target(quiz_id: str, actor: Principal, assignment: Assignment | None) 
     return where
 
 
+def _count_used(for_assignment: bool) -> Prepared:
+    a = Attempt.__table__.c
+    same = (
+        a.assignment_id == bindparam("assignment_id")
+        if for_assignment
+        else a.assignment_id.is_(None)
+    )
+    return Prepared(
+        select(func.count())
+        .select_from(Attempt.__table__)
+        .where(
+            a.quiz_id == bindparam("quiz_id"),
+            a.course_id == bindparam("course_id"),
+            a.user_id == bindparam("user_id"),
+            same,
+        )
+    )
+
+
+#: by whether the attempts are an assignment's (True) or the catalogue's: every start counts
+_COUNT_USED = {True: _count_used(True), False: _count_used(False)}
+
+
 def attempts_used(
     session: Session, actor: Principal, quiz_id: str, assignment: Assignment | None
 ) -> int:
-    return session.execute(
-        select(func.count()).select_from(Attempt).where(*_same_target(quiz_id, actor, assignment))
-    ).scalar_one()
+    params: dict[str, Any] = {
+        "quiz_id": quiz_id,
+        "course_id": actor.course_id,
+        "user_id": actor.user_id,
+    }
+    if assignment is not None:
+        params["assignment_id"] = assignment.id
+    return int(_COUNT_USED[assignment is not None].execute(session.connection(), params).scalar())
 
 
 def my_attempts(
@@ -236,9 +265,14 @@ _ANSWER_TARGET = (
 #: take in turn; its status is then the latest committed one (READ COMMITTED rereads a row it
 #: waited for). The item's answer joined to it may be older: the insert or replacement below
 #: applies only to the answer that was read, so a newer one is seen by checking again.
-_LOCKED_ANSWER_TARGET = _ANSWER_TARGET.with_for_update(of=Attempt.__table__)
+_LOCKED_ANSWER_TARGET = Prepared(_ANSWER_TARGET.with_for_update(of=Attempt.__table__))
+_UNLOCKED_ANSWER_TARGET = Prepared(_ANSWER_TARGET)
 #: SQLite: the status once the write lock is held.
-_STATUS = select(_A.status).where(_A.id == bindparam("attempt_id"))
+_STATUS = Prepared(select(_A.status).where(_A.id == bindparam("attempt_id")))
+
+
+#: The columns an answer's check fills (``_check_answer``'s values).
+_SCORED = ("item_revision", "answer", "correct", "points", "max_points", "answered_at")
 
 
 def _insert_new(dialect: str) -> Any:
@@ -250,15 +284,17 @@ def _insert_new(dialect: str) -> Any:
     stmt = insert(ResponseRecord.__table__).on_conflict_do_nothing(
         index_elements=["attempt_id", "item_id"]
     )
-    return stmt.returning(_R.id)
+    return Prepared(
+        stmt.returning(_R.id), column_keys=("attempt_id", "item_id", "times_answered", *_SCORED)
+    )
 
 
 _INSERT_NEW = {d: _insert_new(d) for d in ("postgresql", "sqlite")}
 #: A repeated answer replaces the stored one only if no other request replaced it meanwhile.
-_REPLACE = (
+_REPLACE = Prepared(
     ResponseRecord.__table__.update()
     .where(_R.id == bindparam("response_id"), _R.times_answered == bindparam("times_before"))
-    .values(times_answered=_R.times_answered + 1)
+    .values(times_answered=_R.times_answered + 1, **{c: bindparam(f"new_{c}") for c in _SCORED})
 )
 
 
@@ -319,11 +355,12 @@ def _store(
     conn = session.connection()
     if target.response_id is None:
         row = {"attempt_id": target.id, "item_id": item_id, "times_answered": 1, **values}
-        new_id = conn.execute(_INSERT_NEW[conn.dialect.name], row).scalar()
+        new_id = _INSERT_NEW[conn.dialect.name].execute(conn, row).scalar()
         return None if new_id is None else (int(new_id), 1)
     before = target.times_answered or 0
-    params = {"response_id": target.response_id, "times_before": before}
-    if conn.execute(_REPLACE.values(**values), params).rowcount != 1:
+    params = {f"new_{c}": values[c] for c in _SCORED}
+    params.update(response_id=target.response_id, times_before=before)
+    if _REPLACE.execute(conn, params).rowcount != 1:
         return None
     return target.response_id, before + 1
 
@@ -334,8 +371,8 @@ def _answer_target(
     attempt_id = params["attempt_id"]
     row = None
     if _ATTEMPT_ID.match(attempt_id):
-        stmt = _LOCKED_ANSWER_TARGET if locked else _ANSWER_TARGET
-        row = session.connection().execute(stmt, params).first()
+        stmt = _LOCKED_ANSWER_TARGET if locked else _UNLOCKED_ANSWER_TARGET
+        row = stmt.execute(session.connection(), params).first()
     _check_visible(actor, attempt_id, row)
     assert row is not None
     quizzes_store.note_version(session, row.quiz_id, row.revision, row.updated_at)
@@ -392,7 +429,7 @@ def _check_answer(
 
 def _status_moved(session: Session, target: _Target) -> bool:
     """Whether the attempt's status changed since ``target`` was read."""
-    status = session.connection().execute(_STATUS, {"attempt_id": target.id}).scalar()
+    status = _STATUS.execute(session.connection(), {"attempt_id": target.id}).scalar()
     return status != target.status
 
 

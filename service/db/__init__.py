@@ -22,11 +22,12 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import BigInteger, Engine, bindparam, create_engine, event, func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
 from service.db.base import Base, UTCDateTime, utcnow
+from service.db.prepared import Prepared
 
 # Set while a request or command is about to write. On SQLite the transaction then starts with
 # BEGIN IMMEDIATE, taking the write lock up front: a deferred transaction that reads first and
@@ -237,13 +238,12 @@ def advisory_lock(session: Any, key: str) -> None:
     if is_postgres(session.get_bind()):
         import hashlib
 
-        from sqlalchemy import text
-
         digest = hashlib.sha256(key.encode()).digest()
-        session.execute(
-            text("SELECT pg_advisory_xact_lock(:k)"),
-            {"k": int.from_bytes(digest[:8], "big", signed=True)},
-        )
+        k = int.from_bytes(digest[:8], "big", signed=True)
+        _ADVISORY_LOCK.execute(session.connection(), {"k": k})
+
+
+_ADVISORY_LOCK = Prepared(select(func.pg_advisory_xact_lock(bindparam("k", type_=BigInteger))))
 
 
 __all__ = [
