@@ -157,19 +157,24 @@ def test_correct_solution_is_timed_beside_the_reference(watched: GradeResult) ->
     assert can["gpu_ms"] > 0 and can["host_ms"] > 0 and "baseline" not in can
 
 
+def _slowed(seconds: float, min_t: int = 1024) -> bytes:
+    """Source to append to a merge solution: its calls on inputs of at least ``min_t`` tokens
+    sleep ``seconds`` first (1024: the benchmark's calls; the hidden tests are T <= 100)."""
+    return f"""
+import time as _time
+_unslowed = merge_attention
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    if out_a.shape[1] >= {min_t}:
+        _time.sleep({seconds})
+    return _unslowed(out_a, lse_a, out_b, lse_b)
+""".encode()
+
+
 def test_a_submission_at_the_clamp_floor_ends_its_loop_early() -> None:
     # Every call 60 ms longer than ours (a slow first attempt): the speedup is at its floor
     # (1/clamp) after the minimum of calls, so the loop stops there instead of at its budget.
-    r = _grade_stable(
-        b"""
-import time as _time
-_fast = merge_attention
-
-def merge_attention(out_a, lse_a, out_b, lse_b):
-    _time.sleep(0.06)
-    return _fast(out_a, lse_a, out_b, lse_b)
-"""
-    )
+    r = _grade_stable(_slowed(0.06, min_t=0))
     assert r.verdict is Verdict.PASS, r.output
     (t,) = r.timings
     prof = r.details["bench_profile"][t.name]
@@ -183,17 +188,7 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 def test_a_submission_far_beyond_the_floor_stops_after_a_few_calls() -> None:
     # Every call 1.5 s longer than ours (a dense first attempt 1,000x our reference's time):
     # a few calls a side settle the floor; all of them are checked
-    r = _grade_stable(
-        b"""
-import time as _time
-_fast = merge_attention
-
-def merge_attention(out_a, lse_a, out_b, lse_b):
-    if out_a.shape[1] >= 1024:  # the benchmark's calls (the hidden tests are T <= 100)
-        _time.sleep(1.5)
-    return _fast(out_a, lse_a, out_b, lse_b)
-"""
-    )
+    r = _grade_stable(_slowed(1.5))
     assert r.verdict is Verdict.PASS, r.output
     (t,) = r.timings
     prof = r.details["bench_profile"][t.name]
@@ -210,17 +205,7 @@ def test_a_forged_clock_far_beyond_the_floor_is_still_caught() -> None:
     # The bank's slow-clock cheat (clock and events 4x slow) on a submission 1,000x our
     # reference's time: the loop stops early at the floor, but not before the wall-clock check
     # has its calls (run 15 on the H200 passed NSA's slow_clock at the floor after 3 calls)
-    src = _src("attention-merge", "solutions/wrong/slow_clock.py") + (
-        b"""
-import time as _time
-_clocked = merge_attention
-
-def merge_attention(out_a, lse_a, out_b, lse_b):
-    if out_a.shape[1] >= 1024:  # the benchmark's calls (the hidden tests are T <= 100)
-        _time.sleep(1.5)
-    return _clocked(out_a, lse_a, out_b, lse_b)
-"""
-    )
+    src = _src("attention-merge", "solutions/wrong/slow_clock.py") + _slowed(1.5)
     r = grade("attention-merge", src, device="cpu")
     assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
     assert "implausible against the grader's clock" in r.output
