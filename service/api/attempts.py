@@ -199,7 +199,4 @@ class AttemptSubmit(MethodView):
         retry with the same `Idempotency-Key` to get the original result again. An attempt made
         for an assignment sends the assignment's grade to the LMS.
         """
-        actor = current_principal()
-        attempt = attempts.get(db.session, actor, attempt_id, lock=True)
-        result = attempts.submit(db.session, actor, attempt)
-        return attempts.submit_view(attempt, result)
+        return attempts.submit_view(attempts.submit(db.session, current_principal(), attempt_id))

@@ -201,7 +201,6 @@ def submit_attempt(attempt_id: str) -> Response:
     a = actor()
     with write_intent():
         db.session.rollback()
-        row = attempts.get(db.session, a, attempt_id, lock=True)
-        attempts.submit(db.session, a, row)
+        attempts.submit(db.session, a, attempt_id)
         db.session.commit()
     return redirect(url_for("web.attempt", attempt_id=attempt_id, lang=_lang("en")), code=303)

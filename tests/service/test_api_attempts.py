@@ -532,3 +532,58 @@ def test_concurrent_retries_with_one_key_create_one_attempt(world: World, sessio
     assert {s for s, _ in results} == {201}
     assert len({i for _, i in results}) == 1
     assert _count(session, Attempt) == 1
+
+
+def test_concurrent_submits_close_the_attempt_once(world: World, session: Session) -> None:
+    aid = world.start("quiz-a")["id"]
+    world.answer(aid, "q1", ["b"])
+    statuses: list[int] = []
+    barrier = threading.Barrier(4)
+
+    def submit() -> None:
+        client = world.app.test_client()
+        barrier.wait()
+        statuses.append(
+            client.post(f"/api/v1/attempts/{aid}/submit", headers=world.h("alice")).status_code
+        )
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 409, 409, 409]
+    session.rollback()
+    attempt = session.get(Attempt, aid)
+    assert attempt is not None and attempt.status == "submitted" and attempt.score == 2.0
+
+
+def test_submit_scores_the_stored_answers_against_the_current_key(
+    world: World, session: Session
+) -> None:
+    aid = world.start("quiz-a")["id"]
+    assert world.answer(aid, "q1", ["b"]).get_json()["correct"] is True
+    world.answer(aid, "q3", ["f"])
+    # the key of q1 was wrong: "a" is its answer (revision 2) while the attempt is under way
+    data = quiz_data(QUIZ_A)
+    data["items"][0]["options"][0]["correct"] = True
+    data["items"][0]["options"][1]["correct"] = False
+    assert world.put("/api/v1/quizzes/quiz-a", "prof", json=data).status_code == 200
+    session.rollback()
+    q3_before = session.execute(
+        select(ResponseRecord).where(ResponseRecord.item_id == "q3")
+    ).scalar_one()
+    q3_before_row = (q3_before.points, q3_before.correct, q3_before.item_revision)
+    body = world.submit(aid).get_json()
+    items = {i["item_id"]: i for i in body["items"]}
+    assert items["q1"]["points"] == 0.0 and items["q1"]["revision"] == 2
+    assert body["score"] == 1.0
+    session.rollback()
+    q1 = session.execute(select(ResponseRecord).where(ResponseRecord.item_id == "q1")).scalar_one()
+    assert (q1.points, q1.correct, q1.max_points, q1.item_revision) == (0.0, False, 2.0, 2)
+    q3 = session.execute(select(ResponseRecord).where(ResponseRecord.item_id == "q3")).scalar_one()
+    assert (q3.points, q3.correct, q3.item_revision) == q3_before_row
+    attempt = session.get(Attempt, aid)
+    assert attempt is not None
+    assert attempt.item_revisions == {"q1": 2, "q2": 1, "q3": 1} and attempt.quiz_revision == 2
+    assert attempt.submitted_at is not None and attempt.graded_at == attempt.submitted_at
