@@ -153,16 +153,19 @@ def bench_shape(
                 side.timed(counted=not settle)
         settle = False
         if sub.batch_full():
-            # one draw for both sides: ours writes as many captures as the submission's checks
-            k = batch_checks(sub.batches == 0)
-            for side in sides:
-                side.end_batch(k=k)
+            _end_batches(sides)
             settle = True
     loop_s = time.monotonic() - t_loop
-    k = batch_checks(sub.batches == 0)  # the last, partial batch: one draw for both sides too
+    _end_batches(sides)  # the last, partial batch
+    return sub.finish(loop_s), ours.finish(loop_s) if ours is not None else None
+
+
+def _end_batches(sides: list[Side]) -> None:
+    """Both sides' batch ends, with one draw of how many calls are checked (the submission's
+    side first): ours writes as many captures as the submission's checks."""
+    k = batch_checks(sides[0].batches == 0)
     for side in sides:
         side.end_batch(k=k)
-    return sub.finish(loop_s), ours.finish(loop_s) if ours is not None else None
 
 
 def run_benchmark(

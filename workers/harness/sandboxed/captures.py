@@ -15,14 +15,13 @@ from typing import Any
 
 from .calls import Pending
 from .digests import digest_weights, output_digest
-from .wire import raw_view
+from .wire import pinned_buffer, raw_view
 
 # bound before any student code exists (a replaced builtin cannot reach them)
 _type = type
 _isinstance = isinstance
 _perf = time.perf_counter
 STAGE_MIN_BYTES = 1 << 20
-STAGE_BUFFERS = 4
 
 
 class CapturesPart:
@@ -39,7 +38,7 @@ class CapturesPart:
     keep: list[Any]
     weights: dict[tuple[int, int], Any]
     digest_tmp: dict[int, Any]
-    staging: dict[tuple[tuple[int, ...], str], Any]
+    staging: dict[Any, Any]
     _copy: Callable[..., Any]
     _detach: Callable[..., Any]
     _size: Callable[..., Any]
@@ -118,21 +117,13 @@ class CapturesPart:
         return digests
 
     def host_copy(self, cap: Any) -> Any:
-        """A device capture's bytes on the host. Through a pinned buffer kept per shape and dtype
-        from 1 MiB up: a 64 MiB pageable copy took 42-50 ms on the H200 machine, the pinned one
-        1.3 ms (benchmarks/capture_io.py), and each check wrote one on both sides."""
+        """A device capture's bytes on the host, through a pinned buffer from 1 MiB up (each
+        check wrote one on both sides; ``wire.pinned_buffer`` says what that saves)."""
         if self._size(cap).numel() * cap.element_size() < STAGE_MIN_BYTES:
             return self._cpu(cap)
-        key = (tuple(self._size(cap)), str(cap.dtype))
-        buf = self.staging.get(key)
-        if buf is None:
-            if len(self.staging) >= STAGE_BUFFERS:  # a new shape: the old ones are done
-                self.staging.clear()
-            try:
-                buf = self._empty(key[0], dtype=cap.dtype, pin_memory=True)
-            except RuntimeError:  # no pinned memory to be had here: the pageable copy
-                return self._cpu(cap)
-            self.staging[key] = buf
+        buf = pinned_buffer(self.staging, tuple(self._size(cap)), cap.dtype, self._empty)
+        if buf is None:  # no pinned memory to be had here: the pageable copy
+            return self._cpu(cap)
         with self.torch._C.DisableTorchFunction():
             self._copy(buf, cap)  # device to pinned host memory: returns once it is there
         return buf
