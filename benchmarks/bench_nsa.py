@@ -451,15 +451,13 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
         one(t)
         torch.cuda.empty_cache()
 
-    for mod, kern in (
+    print_best_configs(
         ("kernels.nsa.compressed", "nsa_compressed_fwd_kernel"),
         ("kernels.nsa.compressed", "nsa_compressed_fwd_kernel_v2"),
         ("kernels.nsa.selection", "nsa_selection_fwd_kernel"),
         ("kernels.nsa.selection", "nsa_selection_fwd_kernel_v2"),
         ("kernels.nsa.window", "nsa_window_fwd_kernel"),
-    ):
-        fn = getattr(sys.modules[mod], kern)
-        print(f"best config {kern}: {getattr(fn, 'best_config', None)}")
+    )
     print(
         f"\n## NSA fwd variants, B=1 Hq=64 Hkv=4 D=128 bf16, paper config; ms (effective "
         f"TFLOP/s); check = vs v1 at T={seqs[-1] // 1024}k"
@@ -472,6 +470,13 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
 
 
 # ---- forward + backward (--backward) ---------------------------------------------------------
+
+
+def print_best_configs(*kernels: tuple[str, str]) -> None:
+    """The config autotuning kept for each (module, kernel) (its last tuned key)."""
+    for mod, kern in kernels:
+        fn = getattr(sys.modules[mod], kern)
+        print(f"best config {kern}: {getattr(fn, 'best_config', None)}")
 
 
 def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> None:
@@ -611,6 +616,14 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
         one(t)
         if cuda:
             torch.cuda.empty_cache()
+    print_best_configs(
+        ("kernels.nsa.window_bwd", "nsa_window_bwd_dq_kernel"),
+        ("kernels.nsa.window_bwd", "nsa_window_bwd_dkdv_kernel"),
+        ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dq_kernel"),
+        ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dkdv_kernel"),
+        ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dq_kernel"),
+        ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dkdv_kernel"),
+    )
     print(
         f"\n## NSA fwd+bwd, B={B} Hq={hq} Hkv={hkv} D={dim} bf16, paper config; ms "
         f"({'CUDA-event' if cuda else 'wall-clock'} medians); commit {commit()}"

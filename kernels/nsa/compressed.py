@@ -353,7 +353,7 @@ def _cmp_block_scores(
 
 @triton.autotune(
     configs=_cmp_v2_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "SCORE_DOT", "KC_SPLIT"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "SCORES", "SCORE_DOT", "KC_SPLIT", "LSE_HI"],
 )
 @triton.jit
 def nsa_compressed_fwd_kernel_v2(
@@ -399,11 +399,13 @@ def nsa_compressed_fwd_kernel_v2(
     SCORE_DOT: tl.constexpr,
     DOT_F32: tl.constexpr,
     KC_SPLIT: tl.constexpr,
+    LSE_HI: tl.constexpr,  # pass 1 on k̃'s hi part only; pass 2 corrects (see v2h)
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     BLOCK_S: tl.constexpr = BLOCK_C // RATIO
+    P1_SPLIT: tl.constexpr = KC_SPLIT and not LSE_HI
     pid_t = tl.num_programs(0) - 1 - tl.program_id(0)  # heavy (late) position blocks first
     pid_bg = tl.program_id(1)
     b = pid_bg // HKV
@@ -437,13 +439,13 @@ def nsa_compressed_fwd_kernel_v2(
     vc_base = VC + b * sv_b + g * sv_h
     cols = tl.arange(0, BLOCK_C)
 
-    # ---- pass 1: exact row max and sum (base 2), m kept in scaled units ----
+    # ---- pass 1: row max and sum (base 2), m kept in scaled units; exact unless LSE_HI ----
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     for c0 in range(0, c_split, BLOCK_C):
         c = c0 + cols
         koff = c[None, :] * sk_t + offs_dk[:, None]
-        qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, KC_SPLIT)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, P1_SPLIT)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(qk * qk_scale - m_new[:, None]), 1)
         m_i = m_new
@@ -451,7 +453,7 @@ def nsa_compressed_fwd_kernel_v2(
         c = c0 + cols
         koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
         kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
-        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
+        qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, P1_SPLIT)
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         s = tl.where(vis, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -463,7 +465,12 @@ def nsa_compressed_fwd_kernel_v2(
     lse_safe = tl.where(has, lse2, 0.0)
 
     # ---- pass 2: exact p, o_cmp = p·ṽ, and ω-weighted group sums ----
+    # LSE_HI: pass 1 saw hi-only logits, so p here sums to l2 = 1 + O(lse error), not 1; o and
+    # lse are corrected by l2 at the end. The block scores keep that per-head factor: a head's
+    # lse error is its logits' errors averaged under p (≈ 1e-6 at random inputs, ~40× below
+    # one logit's fp16 error, which is what the split exists to remove), so rankings hold.
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    l2 = tl.zeros([BLOCK_M], tl.float32)
     r = tl.arange(0, RATIO)
     wa = (tl.minimum(r * D_STRIDE + L_CMP, RATIO * D_STRIDE) - r * D_STRIDE).to(tl.float32)
     wa = wa / D_STRIDE
@@ -486,6 +493,8 @@ def nsa_compressed_fwd_kernel_v2(
         koff = c[None, :] * sk_t + offs_dk[:, None]
         qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, KC_SPLIT)
         p = tl.exp2(qk * qk_scale - lse_safe[:, None])
+        if LSE_HI:
+            l2 += tl.sum(p, 1)
         vt = tl.load(
             vc_base + c[:, None] * sv_t + offs_dv[None, :],
             mask=offs_dv[None, :] < DV,
@@ -507,6 +516,8 @@ def nsa_compressed_fwd_kernel_v2(
         qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, KC_SPLIT)
         vis = (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None]) & (c[None, :] < n_vis)
         p = tl.where(vis, tl.exp2(qk * qk_scale - lse_safe[:, None]), 0.0)
+        if LSE_HI:
+            l2 += tl.sum(p, 1)
         vt = tl.load(
             vc_base + c[:, None] * sv_t + offs_dv[None, :],
             mask=(c[:, None] < n_vis) & (offs_dv[None, :] < DV),
@@ -521,6 +532,10 @@ def nsa_compressed_fwd_kernel_v2(
                 p, w_a, w_b, wa, wb, SA, SB, s_base, c0, tt, T, TS,
                 G, RATIO, BLOCK_T, BLOCK_S, BLOCK_C, SCORE_DOT, DOT_F32,
             )  # fmt: skip
+    if LSE_HI:
+        l2 = tl.where(has, l2, 1.0)
+        acc = acc / l2[:, None]
+        lse2 = lse2 + tl.log2(l2)  # −inf stays −inf for rows that see no block
     tl.store(
         O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
         acc,
@@ -552,35 +567,34 @@ def compressed_triton(
     return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v1", kc_lo)
 
 
-def compressed_triton_v2(
-    q: torch.Tensor,
-    kc: torch.Tensor,
-    vc: torch.Tensor,
-    cfg: NSAConfig,
-    scale: float,
-    want_indices: bool,
-    alloc: object = torch.empty,
-    *,
-    kc_lo: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Variant v2: mask-free interior tiles + FMA-folded scale. Same contract as v1."""
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v2", kc_lo)
+# What each kernel variant of the v2 kernel changes (v1 is its own kernel, above):
+_VARIANT_DOCS = {
+    "v2": "mask-free interior tiles + FMA-folded scale",
+    "v3": "v2 + block scores by tensor-core dots with the banded ω (v2's reshape sums when "
+    "l′/d > 4, where the score tile would be narrower than 16)",
+    "v2h": "v2 with pass 1 on k̃'s fp16 hi part only (one QK̃ dot instead of two); pass 2 "
+    "still uses hi + lo and corrects o and lse by the sum of its p",
+    "v3h": "v3 with v2h's pass 1",
+}
 
 
-def compressed_triton_v3(
-    q: torch.Tensor,
-    kc: torch.Tensor,
-    vc: torch.Tensor,
-    cfg: NSAConfig,
-    scale: float,
-    want_indices: bool,
-    alloc: object = torch.empty,
-    *,
-    kc_lo: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Variant v3: v2 + block scores by tensor-core dots with the banded ω (falls back to
-    v2's reshape sums when l′/d > 4, where the score tile would be narrower than 16)."""
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v3", kc_lo)
+def _variant(name: str) -> object:
+    def run(
+        q: torch.Tensor,
+        kc: torch.Tensor,
+        vc: torch.Tensor,
+        cfg: NSAConfig,
+        scale: float,
+        want_indices: bool,
+        alloc: object = torch.empty,
+        *,
+        kc_lo: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo)
+
+    run.__name__ = f"compressed_triton_{name}"
+    run.__doc__ = f"Variant {name}: {_VARIANT_DOCS[name]}. Same contract as v1."
+    return run
 
 
 def _compressed_launch(
@@ -619,9 +633,12 @@ def _compressed_launch(
 
     if variant == "v1":
         kernel, extra = nsa_compressed_fwd_kernel, {}
-    else:  # v2 / v3 share a kernel; v3 needs BLOCK_C (64) / RATIO ≥ 16 for its score dots
+    else:  # v2/v3(h) share a kernel; v3 needs BLOCK_C (64) / RATIO ≥ 16 for its score dots
         kernel = nsa_compressed_fwd_kernel_v2
-        extra = {"SCORE_DOT": variant == "v3" and ratio <= 4}
+        extra = {
+            "SCORE_DOT": variant in ("v3", "v3h") and ratio <= 4,
+            "LSE_HI": variant in ("v2h", "v3h"),
+        }
     kernel[grid](
         q,
         kc,
@@ -726,18 +743,12 @@ def banded_scores_ok(cfg: NSAConfig) -> bool:
     return ratio & (ratio - 1) == 0 and ratio <= 32  # BLOCK_C ≥ 32 holds whole groups
 
 
-COMPRESSED_IMPLS = {
-    "v1": compressed_triton,
-    "v2": compressed_triton_v2,
-    "v3": compressed_triton_v3,
-}
+COMPRESSED_IMPLS = {"v1": compressed_triton} | {name: _variant(name) for name in _VARIANT_DOCS}
 
 __all__ = [
     "COMPRESSED_IMPLS",
     "banded_scores_ok",
     "compressed_triton",
-    "compressed_triton_v2",
-    "compressed_triton_v3",
     "nsa_compressed_fwd_kernel",
     "nsa_compressed_fwd_kernel_v2",
     "nsa_topn_kernel",

@@ -147,6 +147,8 @@ def use_variants(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - pytest fixt
         ("v3", "v3", 4, 61, 16, 1, torch.bfloat16, SMALL),  # T % R ≠ 0: padded union rows
         ("v2", "v3", None, 77, 4, 2, torch.float32, SMALL),
         ("v3", "v2", 2, 100, 8, 2, torch.bfloat16, MID),
+        ("v1", "v2h", None, 161, 8, 1, torch.bfloat16, FINE),
+        ("v2", "v3h", None, 90, 4, 2, torch.float32, SMALL),
     ],
 )
 def test_triton_variants_match_naive(
@@ -223,7 +225,7 @@ def _kernel_scores(sa: torch.Tensor, sb: torch.Tensor, cfg: NSAConfig) -> torch.
     return torch.where(va, sa, 0.0).double() + torch.where(vb, sb_next, 0.0).double()
 
 
-@pytest.mark.parametrize("variant", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("variant", ["v1", "v2", "v3", "v2h", "v3h"])
 def test_compressed_kc_split_gives_fp32_logits(
     monkeypatch: pytest.MonkeyPatch, variant: str
 ) -> None:
@@ -264,8 +266,17 @@ def test_compressed_kc_split_gives_fp32_logits(
 
     split_lse, split_s, split_o, idx = errors(lo)
     hi_lse, hi_s, _, _ = errors(None)
-    assert split_lse < 5e-6 and split_s < 5e-6, (split_lse, split_s)
-    assert 20 * split_lse < hi_lse and 20 * split_s < hi_s, (split_lse, hi_lse, split_s, hi_s)
+    print(f"{variant}: lse {split_lse:.2e} (hi {hi_lse:.2e}) scores {split_s:.2e} (hi {hi_s:.2e})")
+    assert split_lse < 5e-6, split_lse
+    assert 20 * split_lse < hi_lse, (split_lse, hi_lse)
+    if variant.endswith("h"):
+        # pass 1 on hi only: o and lse are corrected exactly, but each head's scores keep the
+        # factor 2^(its pass-1 lse error): one factor per head for all its blocks, so orders
+        # within a row move only through heads that disagree (idx is checked below). At these
+        # peaked logits that factor is a logit's error, ≈ 2^-12·|logit|, hence the bound.
+        assert split_s < 2e-3, (split_s, hi_s)
+    else:
+        assert split_s < 5e-6 and 20 * split_s < hi_s, (split_s, hi_s)
     # the split path rounds p to fp16 for p·ṽ (hi alone runs fp32 dots here): a loose check
     assert split_o < 2e-3, split_o
     _, _, ref_idx = compressed_torch(q.float(), kc32, vc.float(), cfg, scale, True)

@@ -80,7 +80,7 @@ def test_gpu_planted_stage1_and_stage2() -> None:
     assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 1e-3, "lse_cmp")
 
 
-@pytest.mark.parametrize("cmp", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("cmp", ["v1", "v2", "v3", "v2h", "v3h"])
 def test_gpu_benchmark_shape_stage3_selection(monkeypatch: pytest.MonkeyPatch, cmp: str) -> None:
     """The exercise's benchmark shape (T=8k, 16 query heads on 1 KV head, D=128, bf16, paper
     config): stage 3 wants ≥ 99.9% of rows on the gold top-n set. An fp16 k̃ got ≈ 99.85%
@@ -151,7 +151,14 @@ def test_gpu_64k_paper_shape_runs_clean() -> None:
 
 
 # ---- kernel variants (kernels.nsa.attention.VARIANTS): the checks above, per variant ----
-VARIANT_COMBOS = [("v2", "v2", None), ("v3", "v3", 2), ("v3", "v3", 4), ("v1", "v3", None)]
+VARIANT_COMBOS = [
+    ("v2", "v2", None),
+    ("v3", "v3", 2),
+    ("v3", "v3", 4),
+    ("v1", "v3", None),
+    ("v2", "v3h", None),
+    ("v1", "v2h", None),
+]
 
 
 def _use(monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None) -> None:
@@ -311,7 +318,9 @@ def test_gpu_backward_given_compression_batch2() -> None:
     _check_grads(got, want, torch.bfloat16)
 
 
-@pytest.mark.parametrize(("slc", "cmp", "r"), [("v3", "v3", 2), ("v2", "v2", None)])
+@pytest.mark.parametrize(
+    ("slc", "cmp", "r"), [("v3", "v3", 2), ("v2", "v2", None), ("v2", "v3h", None)]
+)
 def test_gpu_backward_after_forward_variants(
     monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None
 ) -> None:
