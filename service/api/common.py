@@ -51,6 +51,7 @@ from werkzeug import Response as WerkzeugResponse
 from werkzeug.exceptions import HTTPException
 
 from service.api.errors import ErrorSchema
+from service.api.fastdump import compile_dump
 from service.auth import current_principal, requires
 from service.core.errors import ServiceError
 from service.db import write_intent
@@ -317,6 +318,9 @@ def _view_call(func: Callable[..., Any]) -> Callable[..., Any]:
     declared: tuple[_Arguments, ...] = getattr(func, _ARGUMENTS, ())
     reply: _Reply | None = getattr(func, _REPLY, None)
     parser = Blueprint.ARGUMENTS_PARSER
+    # the response schema's dump, compiled on first use (a nested schema named by string
+    # resolves only once every schema module is imported); marshmallow's output either way
+    dumps: list[Callable[[Any], Any]] = []
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -333,7 +337,9 @@ def _view_call(func: Callable[..., Any]) -> Callable[..., Any]:
             set_status_and_headers_in_response(body, status, headers)
             return body
         if reply.schema is not None:
-            body = reply.schema.dump(body)
+            if not dumps:
+                dumps.append(compile_dump(reply.schema))
+            body = dumps[0](body)
         resp = current_app.json.response(body)  # what flask.jsonify does
         set_status_and_headers_in_response(resp, status, headers)
         if status is None:
