@@ -13,8 +13,8 @@ JSON. The default (``plain``) leaves the log format as it was.
 from __future__ import annotations
 
 import logging
+import os
 import time
-import uuid
 
 from flask import Flask, Response, current_app, g, request
 
@@ -40,8 +40,20 @@ def register_logs(app: Flask) -> None:
     app.teardown_request(_forget)
 
 
+#: uuid4's fixed bits: version 4 (bits 76-79) and the RFC 4122 variant (bits 62-63).
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def new_request_id() -> str:
+    """``uuid.uuid4().hex``, the same 32 hex digits from the same 16 random bytes, without
+    building a ``UUID`` object (its checks were a third of the request id hook's CPU)."""
+    n = int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET
+    return f"{n:032x}"
+
+
 def _assign_id() -> None:
-    rid = sane_request_id(request.headers.get(HEADER)) or uuid.uuid4().hex
+    rid = sane_request_id(request.headers.get(HEADER)) or new_request_id()
     g.kgrade_request_id = rid
     g.kgrade_request_id_token = REQUEST_ID.set(rid)
     g.kgrade_log_started = time.perf_counter()

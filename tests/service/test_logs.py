@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,18 @@ def test_a_missing_or_odd_request_id_is_replaced(lite: Flask, given: str | None)
     assert rid != given and len(rid) == 32 and int(rid, 16) >= 0
     again = lite.test_client().get("/healthz", headers=headers).headers["X-Request-ID"]
     assert again != rid  # a new one per request
+    # still what uuid.uuid4().hex gave: version 4, RFC 4122 variant
+    assert uuid.UUID(hex=rid).version == 4 and uuid.UUID(hex=rid).variant == uuid.RFC_4122
+
+
+def test_new_request_ids_are_uuid4_hex() -> None:
+    from service.logs import new_request_id
+
+    seen = {new_request_id() for _ in range(2000)}
+    assert len(seen) == 2000
+    for rid in seen:
+        parsed = uuid.UUID(hex=rid)
+        assert parsed.hex == rid and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
 def test_json_formatter_writes_extras_and_tracebacks() -> None:
