@@ -127,6 +127,30 @@ def test_the_app_wide_pass_runs_only_when_app_wide_limits_are_set(tmp_path: Path
     assert rate_limits.limiter(limited)._check_request_limit in limited.before_request_funcs[None]
 
 
+def test_limiter_hooks_are_skipped_in_requests_that_met_no_limit(tmp_path: Path) -> None:
+    # flask-limiter's after-request and teardown hooks run behind a check that the request
+    # made limiter state (its conditional deductions are tested above: refused submissions
+    # use no slot); a quiz request makes none and skips them
+    from flask_limiter._compat import request_context
+
+    app = _sqlite_app(tmp_path)
+    limiter = rate_limits.limiter(app)
+    after, teardown = app.after_request_funcs[None], app.teardown_request_funcs[None]
+    assert not any(getattr(h, "args", None) == (limiter,) for h in after)
+    assert limiter._Limiter__release_context not in teardown
+    assert [h.__name__ for h in after].count("after_request") == 1
+    assert [h.__name__ for h in teardown].count("teardown_request") == 1
+    made = []
+
+    @app.after_request
+    def look(resp: Any) -> Any:  # runs first (after-request hooks run in reverse)
+        made.append(hasattr(request_context(), "_limiter_request_context"))
+        return resp
+
+    assert app.test_client().get("/api/v1/quizzes").status_code == 401
+    assert made == [False]
+
+
 def test_limits_are_in_the_openapi_document(tmp_path: Path) -> None:
     app = _sqlite_app(tmp_path, SUBMISSION_RATE="4/120")
     spec = app.test_client().get("/api/v1/openapi.json").get_json()
