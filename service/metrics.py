@@ -28,6 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from flask import Flask, Response, current_app, g, request
 from flask_smorest import abort
@@ -92,13 +93,28 @@ def _start_timer() -> None:
     g.kgrade_started = time.perf_counter()
 
 
+#: (method, endpoint, status) -> its request counter and latency histogram. ``labels()``
+#: validates and looks its series up under a lock on every call, half of this hook's cost; a
+#: series, once made, is the same object for the process's life (nothing here removes one).
+#: The endpoints are URL rules, so the keys are as few as the series.
+_SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
 def _count_request(response: Response) -> Response:
     started = g.pop("kgrade_started", None)
     if started is None:  # a before_request hook ahead of ours answered first
         return response
     endpoint = request.url_rule.rule if request.url_rule is not None else UNMATCHED
-    REQUESTS.labels(request.method, endpoint, str(response.status_code)).inc()
-    LATENCY.labels(request.method, endpoint).observe(time.perf_counter() - started)
+    method, status = request.method, response.status_code
+    series = _SERIES.get((method, endpoint, status))
+    if series is None:
+        series = (
+            REQUESTS.labels(method, endpoint, str(status)),
+            LATENCY.labels(method, endpoint),
+        )
+        _SERIES[(method, endpoint, status)] = series
+    series[0].inc()
+    series[1].observe(time.perf_counter() - started)
     return response
 
 
