@@ -126,6 +126,30 @@ def test_driver_errors_are_sqlalchemys_and_the_transaction_rolls_back(
             insert.execute(conn, row | {"at": datetime(2026, 1, 1)})
 
 
+def test_one_cursor_per_connection_and_a_new_one_after_an_error(
+    engine_table: tuple[Engine, Table],
+) -> None:
+    from service.db.prepared import _CURSOR
+
+    engine, t = engine_table
+    insert = Prepared(t.insert(), column_keys=ALL)
+    names = Prepared(select(t.c.name).order_by(t.c.name))
+    row = dict.fromkeys(ALL) | {"ok": True, "times": 1}
+    with engine.begin() as conn:
+        insert.execute(conn, row | {"name": "a"})
+        kept = conn.connection.info[_CURSOR]
+        insert.execute(conn, row | {"name": "b"})
+        assert [r.name for r in names.execute(conn).rows] == ["a", "b"]
+        assert conn.connection.info[_CURSOR] is kept  # the same cursor throughout
+        assert kept[0] is conn.connection.dbapi_connection
+    with pytest.raises(sa_exc.IntegrityError), engine.begin() as conn:
+        insert.execute(conn, row | {"name": "a"})
+    with engine.begin() as conn:  # the failed statement's cursor is not used again
+        assert conn.connection.info.get(_CURSOR) is None
+        insert.execute(conn, row | {"name": "c"})
+        assert [r.name for r in names.execute(conn).rows] == ["a", "b", "c"]
+
+
 def test_shapes_it_cannot_run_exactly_are_refused(engine_table: tuple[Engine, Table]) -> None:
     engine, t = engine_table
     # "times" left out: Connection.execute would fill in its default, a Prepared cannot
