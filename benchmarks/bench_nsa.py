@@ -136,20 +136,23 @@ def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
         ),
         None,
     )
+    # the branches as nsa_attention runs them: its default kernel variants
+    cmp_fn = COMPRESSED_IMPLS[nsa_mod.variant("compressed")]
+    slc_fn = SELECTION_IMPLS[nsa_mod.variant("selection")]
     attempt(
         "nsa cmp attn+scores+top-n",
-        lambda: compressed_triton(q, kc, vc, cfg, scale, True, kc_lo=kc_lo),
+        lambda: cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo),
         fl["cmp"],
     )
     attempt(
         "nsa cmp attn only",
-        lambda: compressed_triton(q, kc, vc, cfg, scale, False, kc_lo=kc_lo),
+        lambda: cmp_fn(q, kc, vc, cfg, scale, False, kc_lo=kc_lo),
         fl["cmp"],
     )
-    o_cmp, _, idx = compressed_triton(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
+    o_cmp, _, idx = cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
     assert idx is not None
-    attempt("nsa selection", lambda: selection_triton(q, k, v, idx, cfg, scale), fl["slc"])
-    o_slc, _ = selection_triton(q, k, v, idx, cfg, scale)
+    attempt("nsa selection", lambda: slc_fn(q, k, v, idx, cfg, scale), fl["slc"])
+    o_slc, _ = slc_fn(q, k, v, idx, cfg, scale)
     attempt("nsa window", lambda: window_triton(q, k, v, cfg.window, scale), fl["win"])
     attempt(
         "nsa window+combine",
@@ -232,20 +235,18 @@ def main() -> None:
         rows = run_one(t, use_flex=not args.no_flex)
         torch.cuda.empty_cache()  # run_one's tensors are gone; hand their memory back
         results[t] = {name: (ms, tf) for name, ms, tf in rows}
-    for kern in (
-        "nsa_compressed_fwd_kernel",
-        "nsa_selection_fwd_kernel",
-        "nsa_window_fwd_kernel",
-    ):
-        mod = {
-            "nsa_compressed_fwd_kernel": "kernels.nsa.compressed",
-            "nsa_selection_fwd_kernel": "kernels.nsa.selection",
-            "nsa_window_fwd_kernel": "kernels.nsa.window",
-        }[kern]
-        fn = getattr(sys.modules[mod], kern)
-        print(f"best config {kern}: {getattr(fn, 'best_config', None)}")
-
-    print("\n## NSA fwd, B=1 Hq=64 Hkv=4 D=128 bf16, paper config; ms (effective TFLOP/s)")
+    print_best_configs(
+        ("kernels.nsa.compressed", "nsa_compressed_fwd_kernel_v2"),
+        ("kernels.nsa.selection", "nsa_selection_fwd_kernel_v2"),
+        ("kernels.nsa.window", "nsa_window_fwd_kernel"),
+    )
+    variants = (
+        f"selection {nsa_mod.variant('selection')}, compressed {nsa_mod.variant('compressed')}"
+    )
+    print(
+        f"\n## NSA fwd, B=1 Hq=64 Hkv=4 D=128 bf16, paper config ({variants}); ms (effective "
+        f"TFLOP/s); commit {commit()}"
+    )
     names = sorted({n for r in results.values() for n in r}, key=_order)
     header = "| kernel | " + " | ".join(f"T={t // 1024}k" for t in args.seqs) + " | goal |"
     print(header)

@@ -223,7 +223,7 @@ def nsa_compressed_fwd_kernel(
 def nsa_topn_kernel(
     SA,  # [B, Hkv, T, Ts] fp32
     SB,  # [B, Hkv, T, Ts] fp32
-    IDX,  # [B, T, Hkv, n] int32, in pick order (sorted by the host)
+    IDX,  # [B, T, Hkv, n] int32: ascending, −1 padded at the end
     ss_b,
     ss_h,
     ss_t,
@@ -242,6 +242,7 @@ def nsa_topn_kernel(
     N_LOCAL: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_TS: tl.constexpr,
+    N_PAD: tl.constexpr,  # pow2 ≥ n
 ):
     pid_r = tl.program_id(0)
     pid_bg = tl.program_id(1)
@@ -266,13 +267,23 @@ def nsa_topn_kernel(
     s = tl.where(forced, float("inf"), s)
     s = tl.where(eligible, s, float("-inf"))
     out = IDX + b * si_b + t * si_t + g * si_h
-    for k in range(N_SEL):
+    picked = tl.zeros([BLOCK_R, BLOCK_TS], tl.int32)
+    for _ in range(N_SEL):
         best = tl.max(s, axis=1)  # [BLOCK_R]
         # smallest index attaining the max: ties go to the smaller block index
         pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
-        ok = best > float("-inf")
-        tl.store(out + k, tl.where(ok, pick, -1), mask=row_ok)
+        hit = (j[None, :] == pick[:, None]) & (best > float("-inf"))[:, None]
+        picked = tl.where(hit, 1, picked)
         s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
+    # Ascending order without a sort: a picked block's slot is the number of picked blocks
+    # before it; slots past the row's count get −1.
+    rank = tl.cumsum(picked, axis=1) - 1
+    jj = tl.broadcast_to(j[None, :], [BLOCK_R, BLOCK_TS])
+    tl.store(out[:, None] + rank, jj, mask=row_ok[:, None] & (picked > 0))
+    count = tl.sum(picked, axis=1)  # [BLOCK_R]
+    kk = tl.arange(0, N_PAD)
+    empty = row_ok[:, None] & (kk[None, :] >= count[:, None]) & (kk[None, :] < N_SEL)
+    tl.store(out[:, None] + kk[None, :], tl.full([BLOCK_R, N_PAD], -1, tl.int32), mask=empty)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,11 +307,12 @@ def nsa_topn_kernel(
 def _cmp_v2_configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 64}, num_warps=4, num_stages=1)]
-    # BLOCK_C stays 64 (v3's score dots need BLOCK_C / RATIO ≥ 16); first = default.
+    # BLOCK_C stays 64 (v3's score dots need BLOCK_C / RATIO ≥ 16); first = default, the
+    # measured best on one H200 at 16k-64k (2026-12-01).
     return autotune_configs(
         [
             triton.Config({"BLOCK_M": bm, "BLOCK_C": 64}, num_warps=w, num_stages=s)
-            for bm, w, s in ((128, 4, 2), (128, 8, 3), (128, 4, 3), (256, 8, 2))
+            for bm, w, s in ((128, 8, 3), (128, 4, 2), (128, 4, 3), (256, 8, 2))
         ]
     )
 
@@ -699,7 +711,8 @@ def topn_triton(
     cfg: NSAConfig,
     alloc: object = torch.empty,
 ) -> torch.Tensor:
-    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded."""
+    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
+    (written in that order by the kernel: no sort on the host)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
@@ -730,12 +743,10 @@ def topn_triton(
         N_LOCAL=cfg.sel_local,
         BLOCK_R=block_r,
         BLOCK_TS=block_ts,
+        N_PAD=pow2(n, 1),
         num_warps=4 if block_ts <= 1024 else 8,
     )
-    # Ascending order with −1 last: sort with −1 mapped above every real block.
-    big = torch.iinfo(torch.int32).max
-    srt = torch.where(picks < 0, big, picks).sort(dim=-1).values
-    return torch.where(srt == big, -1, srt).to(torch.int32)
+    return picks
 
 
 def banded_scores_ok(cfg: NSAConfig) -> bool:

@@ -41,9 +41,9 @@ SEG_ROWS = 65536
 def _configs(kv: bool) -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 32}, num_warps=4, num_stages=1)]
-    # Not measured yet (written without a GPU); NSA_AUTOTUNE=1 tunes over all of them. dk̃/dṽ
-    # programs hold two [BLOCK_C, D] fp32 accumulators: 8 warps first.
-    first = (64, 64, 8, 2) if kv else (64, 64, 4, 2)
+    # First = default: tuned over all of them on one H200 at 64k, paper config (2026-12-01):
+    # dq 128 x 64 with 8 warps, dk̃/dṽ 64 x 64 with 4 warps (both 2 stages).
+    first = (64, 64, 4, 2) if kv else (128, 64, 8, 2)
     rest = ((128, 64, 8, 2), (64, 128, 8, 2), (64, 32, 4, 3), (64, 64, 8, 2), (64, 64, 4, 2))
     return autotune_configs(
         [
@@ -64,6 +64,60 @@ def _logits(q, q16, kct, DOT_F32: tl.constexpr, KC_SPLIT: tl.constexpr):
     else:
         s = tl.dot(q, kct.to(q.dtype))
     return s
+
+
+@triton.jit
+def _dq_tile(
+    dq,
+    q,
+    q16,
+    do,
+    lse2,
+    gate,
+    dd,
+    t,  # [BLOCK_M] positions of the rows
+    KC,
+    VC,
+    c_row,
+    c0,
+    n_vis,
+    qk_scale,
+    HKV: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    KC_SPLIT: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    MASKED: tl.constexpr,  # False: every row sees every block of the tile
+):
+    """dq += ds·k̃ over compressed blocks c0 .. c0 + BLOCK_C."""
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    c = c0 + tl.arange(0, BLOCK_C)
+    crow = c_row + c * HKV
+    if MASKED:
+        cin = c < n_vis
+        kmask = cin[None, :] & (offs_dk[:, None] < DK)
+        vmask = cin[None, :] & (offs_dv[:, None] < DV)
+    else:
+        kmask = offs_dk[:, None] < DK
+        vmask = offs_dv[:, None] < DV
+    kct = tl.load(KC + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)  # fp32
+    vct = tl.load(VC + crow[None, :] * DV + offs_dv[:, None], mask=vmask, other=0.0)
+    vct = vct.to(do.dtype)  # [BLOCK_DV, BLOCK_C]
+    s = _logits(q, q16, kct, DOT_F32, KC_SPLIT) * qk_scale
+    if MASKED:
+        vis = cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
+        p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
+    else:
+        p = tl.exp2(s - lse2[:, None])
+    dp = mma(do, vct, DOT_F32)
+    ds = p * gate[:, None] * (dp - dd[:, None])
+    return dq + mma(ds.to(q.dtype), tl.trans(kct).to(q.dtype), DOT_F32)
 
 
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
@@ -131,32 +185,93 @@ def nsa_compressed_bwd_dq_kernel(
     num = t_last + 1 - L_CMP
     n_vis = tl.minimum(tl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
     c_row = b * TC * HKV + g  # row of (b, block 0, g) in [B, Tc, Hkv, ·]
+    # Blocks visible to the first row are visible to every row: whole tiles of them run
+    # without the causal mask (as the forward's v2); only the causal edge pays for it. Rows
+    # past T have gate 0, so their ds is 0 there too.
+    num0 = t0 + 1 - L_CMP
+    n_all = tl.minimum(tl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
+    c_split = (n_all // BLOCK_C) * BLOCK_C
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
-    for c0 in range(0, n_vis, BLOCK_C):
-        c = c0 + tl.arange(0, BLOCK_C)
-        cin = c < n_vis
-        crow = c_row + c * HKV
-        kct = tl.load(
-            KC + crow[None, :] * DK + offs_dk[:, None],
-            mask=cin[None, :] & (offs_dk[:, None] < DK),
-            other=0.0,
-        )  # [BLOCK_DK, BLOCK_C] fp32
-        vct = tl.load(
-            VC + crow[None, :] * DV + offs_dv[:, None],
-            mask=cin[None, :] & (offs_dv[:, None] < DV),
-            other=0.0,
-        ).to(do.dtype)  # [BLOCK_DV, BLOCK_C]
-        s = _logits(q, q16, kct, DOT_F32, KC_SPLIT) * qk_scale
-        vis = cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
-        p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
-        dp = mma(do, vct, DOT_F32)
-        ds = p * gate[:, None] * (dp - dd[:, None])
-        dq += mma(ds.to(q.dtype), tl.trans(kct).to(q.dtype), DOT_F32)
+    for c0 in range(0, c_split, BLOCK_C):
+        dq = _dq_tile(
+            dq, q, q16, do, lse2, gate, dd, t, KC, VC, c_row, c0, n_vis, qk_scale,
+            HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, False,
+        )  # fmt: skip
+    for c0 in range(c_split, n_vis, BLOCK_C):
+        dq = _dq_tile(
+            dq, q, q16, do, lse2, gate, dd, t, KC, VC, c_row, c0, n_vis, qk_scale,
+            HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, True,
+        )  # fmt: skip
     dq = dq * sm_scale
     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
     if ACC:
         dq += tl.load(dq_ptr, mask=qmask, other=0.0)
     tl.store(dq_ptr, dq, mask=qmask)
+
+
+@triton.jit
+def _dkdv_tile(
+    dkc,  # [BLOCK_DK, BLOCK_C] dk̃ᵀ accumulator
+    dvc,  # [BLOCK_C, BLOCK_DV]
+    kct,
+    vc,
+    Q,
+    DO,
+    LSE,
+    DD,
+    GATES,
+    b,
+    g,
+    t0,
+    seg_hi,
+    c,
+    cin,
+    T,
+    qk_scale,
+    HQ: tl.constexpr,
+    G: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    KC_SPLIT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,  # False: rows all in the segment, all seeing every real block
+):
+    """One query tile's contribution (positions t0 .. t0 + BLOCK_M/G, G heads)."""
+    rows = tl.arange(0, BLOCK_M)
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    t = t0 + rows // G
+    h = g * G + rows % G
+    row_ok = t < seg_hi
+    ridx = (b * T + t) * HQ + h
+    if MASKED:
+        qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
+        omask = row_ok[:, None] & (offs_dv[None, :] < DV)
+    else:
+        qmask = offs_dk[None, :] < DK
+        omask = offs_dv[None, :] < DV
+    q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
+    do = tl.load(DO + ridx[:, None] * DV + offs_dv[None, :], mask=omask, other=0.0)
+    if DOT_F32:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 0)
+    s = _logits(q, q.to(tl.float16), kct, DOT_F32, KC_SPLIT) * qk_scale  # [BLOCK_M, C]
+    if MASKED:
+        vis = row_ok[:, None] & cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
+        pg = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0) * gate[:, None]  # g·p
+    else:
+        pg = tl.exp2(s - lse2[:, None]) * gate[:, None]
+    dvc += mma(tl.trans(pg).to(do.dtype), do, DOT_F32)
+    dp = mma(do, tl.trans(vc).to(do.dtype), DOT_F32)  # [BLOCK_M, BLOCK_C]
+    ds = pg * (dp - dd[:, None])
+    dkc += mma(tl.trans(q), ds.to(q.dtype), DOT_F32)  # [BLOCK_DK, BLOCK_C]
+    return dkc, dvc
 
 
 @triton.autotune(configs=_configs(True), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT"])
@@ -210,36 +325,32 @@ def nsa_compressed_bwd_dkdv_kernel(
     vc = tl.load(VC + crow[:, None] * DV + offs_dv[None, :], mask=vmask, other=0.0)
     dkc = tl.zeros([BLOCK_DK, BLOCK_C], tl.float32)  # dk̃ᵀ
     dvc = tl.zeros([BLOCK_C, BLOCK_DV], tl.float32)
-    rows = tl.arange(0, BLOCK_M)
     seg_lo = pid_s * SEG
     seg_hi = tl.minimum(seg_lo + SEG, T)
-    # from the first query that sees block c0 (empty range: the partial stays 0)
-    for t0 in range(tl.maximum(seg_lo, c0 * D_STRIDE + L_CMP - 1), seg_hi, BLOCK_T):
-        t = t0 + rows // G
-        h = g * G + rows % G
-        row_ok = t < seg_hi
-        ridx = (b * T + t) * HQ + h
-        q = tl.load(
-            Q + ridx[:, None] * DK + offs_dk[None, :],
-            mask=row_ok[:, None] & (offs_dk[None, :] < DK),
-            other=0.0,
-        )
-        do = tl.load(
-            DO + ridx[:, None] * DV + offs_dv[None, :],
-            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if DOT_F32:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
-        lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 0)
-        s = _logits(q, q.to(tl.float16), kct, DOT_F32, KC_SPLIT) * qk_scale  # [BLOCK_M, C]
-        vis = row_ok[:, None] & cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
-        pg = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0) * gate[:, None]  # g·p
-        dvc += mma(tl.trans(pg).to(do.dtype), do, DOT_F32)
-        dp = mma(do, tl.trans(vc).to(do.dtype), DOT_F32)  # [BLOCK_M, BLOCK_C]
-        ds = pg * (dp - dd[:, None])
-        dkc += mma(tl.trans(q), ds.to(q.dtype), DOT_F32)  # [BLOCK_DK, BLOCK_C]
+    # Query tiles from the first query that sees block c0 (empty range: the partial stays
+    # 0). Tiles whose rows all lie in the segment and all see every real block of the tile
+    # (from the last one's first viewer on) run without masks; the rest are masked. Columns
+    # past Tc get p ≠ 0 there, but they only reach dk̃, dṽ columns that are never stored.
+    t_begin = tl.maximum(seg_lo, c0 * D_STRIDE + L_CMP - 1)
+    c_last = tl.minimum(c0 + BLOCK_C, TC) - 1
+    n_head = tl.cdiv(tl.maximum(c_last * D_STRIDE + L_CMP - 1 - t_begin, 0), BLOCK_T)
+    t_mid = t_begin + n_head * BLOCK_T
+    t_tail = t_mid + tl.maximum(seg_hi - t_mid, 0) // BLOCK_T * BLOCK_T
+    for t0 in range(t_begin, tl.minimum(t_mid, seg_hi), BLOCK_T):
+        dkc, dvc = _dkdv_tile(
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
+        )  # fmt: skip
+    for t0 in range(t_mid, t_tail, BLOCK_T):
+        dkc, dvc = _dkdv_tile(
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, False,
+        )  # fmt: skip
+    for t0 in range(t_tail, seg_hi, BLOCK_T):
+        dkc, dvc = _dkdv_tile(
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
+        )  # fmt: skip
     tl.store(DKC + orow[None, :] * DK + offs_dk[:, None], dkc * sm_scale, mask=kmask)
     tl.store(DVC + orow[:, None] * DV + offs_dv[None, :], dvc, mask=vmask)
 

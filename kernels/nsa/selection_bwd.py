@@ -37,21 +37,25 @@ CHUNK_ROWS = 2048
 
 def _dq_configs() -> list[triton.Config]:
     if interpreting():
-        return [triton.Config({}, num_warps=4, num_stages=1)]
+        return [triton.Config({"NUM_STAGES": 1}, num_warps=4, num_stages=1)]
+    # As the forward's selection v2: the loop's depth is NUM_STAGES (tl.range), num_stages
+    # the prologue's.
     return autotune_configs(
-        [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (2, 3), (8, 2))]
+        [
+            triton.Config({"NUM_STAGES": s}, num_warps=w, num_stages=s)
+            for w, s in ((4, 3), (2, 3), (8, 3), (4, 2), (4, 4))
+        ]
     )
 
 
 def _kv_configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32}, num_warps=4, num_stages=1)]
-    # Not measured yet (written without a GPU); NSA_AUTOTUNE=1 tunes over all of them.
+    # First = default: tuned over all of them on one H200 at 64k, paper config (2026-12-01).
     return autotune_configs(
         [
             triton.Config({"BLOCK_M": bm}, num_warps=w, num_stages=s)
-            # two [BLOCK_K, D] fp32 accumulators per program: 8 warps first
-            for bm, w, s in ((64, 8, 2), (128, 8, 2), (64, 4, 2), (64, 8, 3), (32, 4, 2))
+            for bm, w, s in ((32, 4, 2), (64, 8, 2), (128, 8, 2), (64, 4, 2), (64, 8, 3))
         ]
     )
 
@@ -92,8 +96,10 @@ def nsa_selection_bwd_dq_kernel(
     BLOCK_DV: tl.constexpr,
     ACC: tl.constexpr,
     DOT_F32: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     HQ: tl.constexpr = HKV * G
+    N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
     pid_r = tl.program_id(0)
     pid_bg = tl.program_id(1)
     b = (pid_bg // HKV).to(tl.int64)
@@ -133,36 +139,38 @@ def nsa_selection_bwd_dq_kernel(
         n_slots = tl.load(CNT + urow)
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
     u = tl.arange(0, BLOCK_K)
-    for slot in range(n_slots):
-        blk = tl.load(list_base + slot)
-        if blk >= 0:  # empty slots (−1) cost nothing
-            if R > 1:  # noqa: SIM108 - constexpr branch
-                chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
-            else:
-                chose = row_ok
-            for u0 in range(0, L_SEL, BLOCK_K):
-                tok = blk * L_SEL + u0 + u
-                kin = (u0 + u < L_SEL) & (tok < T)
-                krow = kv_row + tok * HKV
-                kt = tl.load(
-                    K + krow[None, :] * DK + offs_dk[:, None],
-                    mask=kin[None, :] & (offs_dk[:, None] < DK),
-                    other=0.0,
-                )  # [BLOCK_DK, BLOCK_K]
-                vt = tl.load(
-                    V + krow[None, :] * DV + offs_dv[:, None],
-                    mask=kin[None, :] & (offs_dv[:, None] < DV),
-                    other=0.0,
-                )  # [BLOCK_DV, BLOCK_K]
-                if DOT_F32:
-                    kt = kt.to(tl.float32)
-                    vt = vt.to(tl.float32)
-                s = mma(q, kt, DOT_F32) * qk_scale
-                vis = (chose & row_ok)[:, None] & kin[None, :] & (tok[None, :] <= t[:, None])
-                p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
-                dp = mma(do, vt, DOT_F32)
-                ds = p * gate[:, None] * (dp - dd[:, None])
-                dq += mma(ds.to(kt.dtype), tl.trans(kt), DOT_F32)
+    # One flat, branch-free loop over (slot, key tile), as the forward's selection v2: the
+    # pipeliner then issues later tiles' gathers ahead. An empty slot (−1) gives tok < 0: all
+    # masked, its loads are skipped and its p is 0.
+    for it in tl.range(0, n_slots * N_SUB, num_stages=NUM_STAGES):
+        blk = tl.load(list_base + it // N_SUB)
+        u0 = (it % N_SUB) * BLOCK_K
+        tok = blk * L_SEL + u0 + u  # [BLOCK_K]
+        kin = (u0 + u < L_SEL) & (tok >= 0) & (tok < T)
+        krow = kv_row + tok * HKV
+        kt = tl.load(
+            K + krow[None, :] * DK + offs_dk[:, None],
+            mask=kin[None, :] & (offs_dk[:, None] < DK),
+            other=0.0,
+        )  # [BLOCK_DK, BLOCK_K]
+        vt = tl.load(
+            V + krow[None, :] * DV + offs_dv[:, None],
+            mask=kin[None, :] & (offs_dv[:, None] < DV),
+            other=0.0,
+        )  # [BLOCK_DV, BLOCK_K]
+        if DOT_F32:
+            kt = kt.to(tl.float32)
+            vt = vt.to(tl.float32)
+        if R > 1:  # noqa: SIM108 - constexpr branch
+            chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
+        else:
+            chose = row_ok
+        s = mma(q, kt, DOT_F32) * qk_scale
+        vis = (chose & row_ok)[:, None] & kin[None, :] & (tok[None, :] <= t[:, None])
+        p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
+        dp = mma(do, vt, DOT_F32)
+        ds = p * gate[:, None] * (dp - dd[:, None])
+        dq += mma(ds.to(kt.dtype), tl.trans(kt), DOT_F32)
     dq = dq * sm_scale
     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
     if ACC:

@@ -198,7 +198,8 @@ def test_gpu_variants_paper_g16_vs_reference_and_v1(
     monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None
 ) -> None:
     q, k, v, g = make_inputs(1, 4096, 64, 4, 128, torch.bfloat16, seed=3, device="cuda")
-    out1, aux1 = nsa_attention(q, k, v, g, PAPER, return_aux=True)  # v1 (default)
+    _use(monkeypatch, "v1", "v1", None)
+    out1, aux1 = nsa_attention(q, k, v, g, PAPER, return_aux=True)
     _use(monkeypatch, slc, cmp, r)
     out, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
     ref_out, ref_aux = reference(q, k, v, g, PAPER, block_indices=aux.block_indices)

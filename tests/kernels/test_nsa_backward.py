@@ -30,6 +30,10 @@ GIVEN = replace(CFG, compress="given")
 # l′/d = 3 is not a power of two: the forward's compressed branch falls back to PyTorch, the
 # backward still runs the Triton kernels on its o_cmp / lse_cmp; a custom softmax scale
 ODD_RATIO = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=24, sel_count=4, window=20, scale=0.3)
+# d = 2: from t ≈ 65 on a row sees ≥ 32 compressed blocks, so the compressed backward's
+# mask-free tiles (dq's interior blocks, dk̃/dṽ's interior query tiles) run under the
+# interpreter's 32-wide tiles, not only their masked edges.
+FINE = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=8, sel_count=4, window=16)
 NAMES = ("q", "k", "v", "gates", "k_cmp", "v_cmp")
 
 
@@ -123,6 +127,7 @@ CASES = [
     (1, 83, 8, 1, 32, 16, torch.float16, CFG),
     (1, 70, 2, 1, 16, 16, torch.float32, GIVEN),
     (1, 75, 4, 2, 24, 40, torch.float32, ODD_RATIO),  # head dims not powers of two
+    (1, 203, 4, 1, 16, 16, torch.float32, FINE),
 ]
 
 
