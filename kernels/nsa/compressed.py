@@ -267,23 +267,21 @@ def nsa_topn_kernel(
     s = tl.where(forced, float("inf"), s)
     s = tl.where(eligible, s, float("-inf"))
     out = IDX + b * si_b + t * si_t + g * si_h
-    picked = tl.zeros([BLOCK_R, BLOCK_TS], tl.int32)
-    for _ in range(N_SEL):
+    # The n picks kept in registers ([BLOCK_R, N_PAD], unused slots BIG) and sorted there, so
+    # rows are written ascending with −1 last and no sort runs on the host.
+    BIG: tl.constexpr = 2147483647
+    kk = tl.arange(0, N_PAD)
+    picks = tl.full([BLOCK_R, N_PAD], BIG, tl.int32)
+    for k in range(N_SEL):
         best = tl.max(s, axis=1)  # [BLOCK_R]
         # smallest index attaining the max: ties go to the smaller block index
         pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
-        hit = (j[None, :] == pick[:, None]) & (best > float("-inf"))[:, None]
-        picked = tl.where(hit, 1, picked)
+        got = tl.where(best > float("-inf"), pick, BIG)
+        picks = tl.where(kk[None, :] == k, got[:, None], picks)
         s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
-    # Ascending order without a sort: a picked block's slot is the number of picked blocks
-    # before it; slots past the row's count get −1.
-    rank = tl.cumsum(picked, axis=1) - 1
-    jj = tl.broadcast_to(j[None, :], [BLOCK_R, BLOCK_TS])
-    tl.store(out[:, None] + rank, jj, mask=row_ok[:, None] & (picked > 0))
-    count = tl.sum(picked, axis=1)  # [BLOCK_R]
-    kk = tl.arange(0, N_PAD)
-    empty = row_ok[:, None] & (kk[None, :] >= count[:, None]) & (kk[None, :] < N_SEL)
-    tl.store(out[:, None] + kk[None, :], tl.full([BLOCK_R, N_PAD], -1, tl.int32), mask=empty)
+    picks = tl.sort(picks, dim=1)
+    picks = tl.where(picks == BIG, -1, picks)
+    tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
 
 
 # ---------------------------------------------------------------------------------------------
