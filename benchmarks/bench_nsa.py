@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -45,6 +44,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import kernels.nsa.attention as nsa_mod  # noqa: E402
+from benchmarks._commit import commit  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton, topn_triton  # noqa: E402
@@ -63,28 +63,6 @@ B, HQ, HKV, D = 1, 64, 4, 128
 
 def bench(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-
-
-def commit() -> str:
-    """Short hash of the checked-out commit (+ "-dirty" with uncommitted changes).
-
-    KGRADE_COMMIT wins: a ``git archive`` export run on the GPU machine has no .git of its
-    own, and a parent folder's may be stale."""
-    if os.environ.get("KGRADE_COMMIT"):
-        return os.environ["KGRADE_COMMIT"]
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return (sha or "unknown") + ("-dirty" if sha and dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def flops(t: int, cfg: NSAConfig) -> dict[str, float]:

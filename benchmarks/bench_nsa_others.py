@@ -59,7 +59,6 @@ import argparse
 import functools
 import importlib
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -79,6 +78,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from benchmarks._commit import commit, git  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
 THIRD_PARTY = REPO / "third_party"
@@ -91,23 +91,9 @@ Fn = Callable[[], object]
 # ---- provenance ------------------------------------------------------------------------------
 
 
-def _git(args: list[str], cwd: Path) -> str:
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 @functools.cache  # once: others commit to this repo while a long run goes on
 def our_commit() -> str:
-    """Short hash (+ "-dirty"); KGRADE_COMMIT where the tree came without .git (GPU machine)."""
-    sha = _git(["rev-parse", "--short", "HEAD"], REPO)
-    if not sha:
-        return os.environ.get("KGRADE_COMMIT", "unknown")
-    dirty = _git(["status", "--porcelain", "--untracked-files=no"], REPO)
-    return sha + ("-dirty" if dirty else "")
+    return commit(REPO)
 
 
 def third_party_commit(folder: Path) -> str:
@@ -116,8 +102,8 @@ def third_party_commit(folder: Path) -> str:
     if stamp.is_file():
         return stamp.read_text().strip()[:12] or "unknown"
     if folder.is_dir():
-        sha = _git(["rev-parse", "--short=12", "HEAD"], folder)
-        if sha and _git(["rev-parse", "--show-toplevel"], folder) == str(folder.resolve()):
+        sha = git(["rev-parse", "--short=12", "HEAD"], folder)
+        if sha and git(["rev-parse", "--show-toplevel"], folder) == str(folder.resolve()):
             return sha
     return "unknown"
 
