@@ -47,7 +47,7 @@ import kernels.nsa.attention as nsa_mod  # noqa: E402
 from benchmarks._commit import commit  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
-from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton, topn_triton  # noqa: E402
+from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton  # noqa: E402
 from kernels.nsa.config import num_cmp_blocks  # noqa: E402
 from kernels.nsa.selection import (  # noqa: E402
     SELECTION_IMPLS,
@@ -55,6 +55,7 @@ from kernels.nsa.selection import (  # noqa: E402
     selection_triton_v2,
     union_blocks,
 )
+from kernels.nsa.topn import topn_triton  # noqa: E402
 from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
 from kernels.nsa.window import window_triton  # noqa: E402
 

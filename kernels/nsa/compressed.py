@@ -13,11 +13,14 @@ Design (spec §4.2, §7 budget "compressed attention + scores + top-n ≤ 15 ms 
 * ω is banded: with L = l′/d, s[j] = Σ_r wa[r]·P[jL+r] + Σ_r wb[r]·P[(j−1)L+r]. Tiles of
   compressed blocks aligned to L write both halves (SA: own block, SB: spill into the next);
   the top-n kernel adds SB shifted by one block while loading, so no tile needs a halo.
-* Top-n runs in its own kernel over rows of [Ts] scores: n rounds of (max, smallest index
-  attaining it), which makes ties go to the smaller block index exactly.
+* Top-n runs in its own kernel (``topn.py``) over rows of [Ts] scores.
+* Variants (``COMPRESSED_IMPLS``, chosen in ``attention.py``) are kept side by side so the
+  benchmark can compare them on identical inputs; the default is the measured fastest.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import triton
@@ -25,6 +28,7 @@ import triton.language as tl
 
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
+from kernels.nsa.topn import topn_triton
 
 _LOG2E = 1.4426950408889634
 
@@ -217,71 +221,6 @@ def nsa_compressed_fwd_kernel(
         mask=row_ok[:, None] & (offs_dv[None, :] < DV),
     )
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
-
-
-@triton.jit
-def nsa_topn_kernel(
-    SA,  # [B, Hkv, T, Ts] fp32
-    SB,  # [B, Hkv, T, Ts] fp32
-    IDX,  # [B, T, Hkv, n] int32: ascending, −1 padded at the end
-    ss_b,
-    ss_h,
-    ss_t,
-    si_b,
-    si_t,
-    si_h,
-    T,
-    TS,
-    HKV: tl.constexpr,
-    L_CMP: tl.constexpr,
-    D_STRIDE: tl.constexpr,
-    RATIO: tl.constexpr,
-    L_SEL: tl.constexpr,
-    N_SEL: tl.constexpr,
-    N_INIT: tl.constexpr,
-    N_LOCAL: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_TS: tl.constexpr,
-    N_PAD: tl.constexpr,  # pow2 ≥ n
-):
-    pid_r = tl.program_id(0)
-    pid_bg = tl.program_id(1)
-    b = pid_bg // HKV
-    g = pid_bg % HKV
-    t = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
-    j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
-    # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
-    # unwritten by the compressed kernel), so they are masked rather than loaded.
-    num = t + 1 - L_CMP
-    imax = tl.where(num >= 0, num // D_STRIDE, -1)
-    row_ok = t < T
-    va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
-    vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
-    vb = vb & (j[None, :] < TS)
-    base = b * ss_b + g * ss_h + t[:, None] * ss_t
-    s = tl.load(SA + base + j[None, :], mask=va, other=0.0)
-    s += tl.load(SB + base + j[None, :] - 1, mask=vb, other=0.0)
-    cur = t // L_SEL
-    eligible = j[None, :] <= cur[:, None]
-    forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
-    s = tl.where(forced, float("inf"), s)
-    s = tl.where(eligible, s, float("-inf"))
-    out = IDX + b * si_b + t * si_t + g * si_h
-    # The n picks kept in registers ([BLOCK_R, N_PAD], unused slots BIG) and sorted there, so
-    # rows are written ascending with −1 last and no sort runs on the host.
-    BIG: tl.constexpr = 2147483647
-    kk = tl.arange(0, N_PAD)
-    picks = tl.full([BLOCK_R, N_PAD], BIG, tl.int32)
-    for k in range(N_SEL):
-        best = tl.max(s, axis=1)  # [BLOCK_R]
-        # smallest index attaining the max: ties go to the smaller block index
-        pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
-        got = tl.where(best > float("-inf"), pick, BIG)
-        picks = tl.where(kk[None, :] == k, got[:, None], picks)
-        s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
-    picks = tl.sort(picks, dim=1)
-    picks = tl.where(picks == BIG, -1, picks)
-    tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,31 +493,11 @@ def nsa_compressed_fwd_kernel_v2(
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
 
 
-def compressed_triton(
-    q: torch.Tensor,
-    kc: torch.Tensor,
-    vc: torch.Tensor,
-    cfg: NSAConfig,
-    scale: float,
-    want_indices: bool,
-    alloc: object = torch.empty,
-    *,
-    kc_lo: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Triton compressed branch (v1). Same contract as ``torch_path.compressed_torch``.
+CompressedFn = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
 
-    Requires l′/d to be a power of two (the banded ω reshape); callers check
-    ``banded_scores_ok`` and fall back to the PyTorch path otherwise.
-
-    kc_lo: with kc the fp16 rounding of an fp32 k̃, its fp16 remainder (k̃ − kc); the QK̃
-    logits then take two fp16 dots and match fp32 ones to ≈ 2^-22 relative, which the top-n
-    needs (see ``attention._compressed_dtype``). vc stays 16-bit: p·ṽ only feeds o_cmp.
-    """
-    return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, "v1", kc_lo)
-
-
-# What each kernel variant of the v2 kernel changes (v1 is its own kernel, above):
+# What each kernel variant changes (v1 is its own kernel; the others share the v2 kernel):
 _VARIANT_DOCS = {
+    "v1": "the first kernel: every tile masked, the scale a separate multiply",
     "v2": "mask-free interior tiles + FMA-folded scale",
     "v3": "v2 + block scores by tensor-core dots with the banded ω (v2's reshape sums when "
     "l′/d > 4, where the score tile would be narrower than 16)",
@@ -586,9 +505,19 @@ _VARIANT_DOCS = {
     "still uses hi + lo and corrects o and lse by the sum of its p",
     "v3h": "v3 with v2h's pass 1",
 }
+_CONTRACT = """
+
+Same contract as ``torch_path.compressed_torch``. Requires l′/d to be a power of two (the
+banded ω reshape); callers check ``banded_scores_ok`` and fall back to the PyTorch path
+otherwise.
+
+kc_lo: with kc the fp16 rounding of an fp32 k̃, its fp16 remainder (k̃ − kc); the QK̃ logits
+then take two fp16 dots and match fp32 ones to ≈ 2^-22 relative, which the top-n needs (see
+``attention._compressed_dtype``). vc stays 16-bit: p·ṽ only feeds o_cmp.
+"""
 
 
-def _variant(name: str) -> object:
+def _variant(name: str) -> CompressedFn:
     def run(
         q: torch.Tensor,
         kc: torch.Tensor,
@@ -603,7 +532,7 @@ def _variant(name: str) -> object:
         return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo)
 
     run.__name__ = f"compressed_triton_{name}"
-    run.__doc__ = f"Variant {name}: {_VARIANT_DOCS[name]}. Same contract as v1."
+    run.__doc__ = f"Triton compressed branch, variant {name}: {_VARIANT_DOCS[name]}." + _CONTRACT
     return run
 
 
@@ -701,58 +630,13 @@ def _compressed_launch(
     return o, lse, idx
 
 
-def topn_triton(
-    sa: torch.Tensor,
-    sb: torch.Tensor,
-    t: int,
-    hkv: int,
-    cfg: NSAConfig,
-    alloc: object = torch.empty,
-) -> torch.Tensor:
-    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
-    (written in that order by the kernel: no sort on the host)."""
-    b, ts = sa.shape[0], sa.shape[3]
-    n = cfg.sel_count
-    picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
-    block_ts = pow2(ts, 16)
-    # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
-    block_r = max(1, min(64, 16384 // block_ts))
-    if interpreting():
-        block_r = max(block_r, 16)
-    nsa_topn_kernel[(triton.cdiv(t, block_r), b * hkv)](
-        sa,
-        sb,
-        picks,
-        sa.stride(0),
-        sa.stride(1),
-        sa.stride(2),
-        picks.stride(0),
-        picks.stride(1),
-        picks.stride(2),
-        t,
-        ts,
-        HKV=hkv,
-        L_CMP=cfg.cmp_block,
-        D_STRIDE=cfg.cmp_stride,
-        RATIO=cfg.sel_block // cfg.cmp_stride,
-        L_SEL=cfg.sel_block,
-        N_SEL=n,
-        N_INIT=cfg.sel_init,
-        N_LOCAL=cfg.sel_local,
-        BLOCK_R=block_r,
-        BLOCK_TS=block_ts,
-        N_PAD=pow2(n, 1),
-        num_warps=4 if block_ts <= 1024 else 8,
-    )
-    return picks
-
-
 def banded_scores_ok(cfg: NSAConfig) -> bool:
     ratio = cfg.sel_block // cfg.cmp_stride
     return ratio & (ratio - 1) == 0 and ratio <= 32  # BLOCK_C ≥ 32 holds whole groups
 
 
-COMPRESSED_IMPLS = {"v1": compressed_triton} | {name: _variant(name) for name in _VARIANT_DOCS}
+COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
+compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [
     "COMPRESSED_IMPLS",
@@ -760,6 +644,4 @@ __all__ = [
     "compressed_triton",
     "nsa_compressed_fwd_kernel",
     "nsa_compressed_fwd_kernel_v2",
-    "nsa_topn_kernel",
-    "topn_triton",
 ]

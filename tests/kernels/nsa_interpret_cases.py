@@ -16,8 +16,8 @@ import torch
 import kernels.nsa.attention as nsa_attention_mod
 import kernels.nsa.compressed as compressed_mod
 from kernels.nsa import NSAConfig, nsa_attention
-from kernels.nsa.compressed import topn_triton
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
+from kernels.nsa.topn import topn_triton
 from kernels.nsa.torch_path import compressed_torch
 from tests.kernels.test_nsa_utils import (
     MID,

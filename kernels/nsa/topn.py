@@ -1,0 +1,132 @@
+"""Top-n block selection from the compressed branch's banded block scores (Triton).
+
+The compressed kernel writes, per (position, KV head), the ω-weighted scores of its own
+selection block (SA) and the spill into the next one (SB); this kernel adds them (SB shifted
+by one block while loading), forces the initial and local blocks, masks the blocks not yet
+complete at the position, and picks the n best: n rounds of (max, smallest index attaining
+it), so ties go to the smaller block index exactly. The picks are sorted in registers and
+written ascending, −1 padded.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.nsa._triton_common import interpreting, pow2
+from kernels.nsa.config import NSAConfig
+
+
+@triton.jit
+def nsa_topn_kernel(
+    SA,  # [B, Hkv, T, Ts] fp32
+    SB,  # [B, Hkv, T, Ts] fp32
+    IDX,  # [B, T, Hkv, n] int32: ascending, −1 padded at the end
+    ss_b,
+    ss_h,
+    ss_t,
+    si_b,
+    si_t,
+    si_h,
+    T,
+    TS,
+    HKV: tl.constexpr,
+    L_CMP: tl.constexpr,
+    D_STRIDE: tl.constexpr,
+    RATIO: tl.constexpr,
+    L_SEL: tl.constexpr,
+    N_SEL: tl.constexpr,
+    N_INIT: tl.constexpr,
+    N_LOCAL: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_TS: tl.constexpr,
+    N_PAD: tl.constexpr,  # pow2 ≥ n
+):
+    pid_r = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
+    # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
+    # unwritten by the compressed kernel), so they are masked rather than loaded.
+    num = t + 1 - L_CMP
+    imax = tl.where(num >= 0, num // D_STRIDE, -1)
+    row_ok = t < T
+    va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
+    vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
+    vb = vb & (j[None, :] < TS)
+    base = b * ss_b + g * ss_h + t[:, None] * ss_t
+    s = tl.load(SA + base + j[None, :], mask=va, other=0.0)
+    s += tl.load(SB + base + j[None, :] - 1, mask=vb, other=0.0)
+    cur = t // L_SEL
+    eligible = j[None, :] <= cur[:, None]
+    forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
+    s = tl.where(forced, float("inf"), s)
+    s = tl.where(eligible, s, float("-inf"))
+    out = IDX + b * si_b + t * si_t + g * si_h
+    # The n picks kept in registers ([BLOCK_R, N_PAD], unused slots BIG) and sorted there, so
+    # rows are written ascending with −1 last and no sort runs on the host.
+    BIG: tl.constexpr = 2147483647
+    kk = tl.arange(0, N_PAD)
+    picks = tl.full([BLOCK_R, N_PAD], BIG, tl.int32)
+    for k in range(N_SEL):
+        best = tl.max(s, axis=1)  # [BLOCK_R]
+        # smallest index attaining the max: ties go to the smaller block index
+        pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
+        got = tl.where(best > float("-inf"), pick, BIG)
+        picks = tl.where(kk[None, :] == k, got[:, None], picks)
+        s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
+    picks = tl.sort(picks, dim=1)
+    picks = tl.where(picks == BIG, -1, picks)
+    tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
+
+
+def topn_triton(
+    sa: torch.Tensor,
+    sb: torch.Tensor,
+    t: int,
+    hkv: int,
+    cfg: NSAConfig,
+    alloc: object = torch.empty,
+) -> torch.Tensor:
+    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
+    (written in that order by the kernel: no sort on the host)."""
+    b, ts = sa.shape[0], sa.shape[3]
+    n = cfg.sel_count
+    picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
+    block_ts = pow2(ts, 16)
+    # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
+    block_r = max(1, min(64, 16384 // block_ts))
+    if interpreting():
+        block_r = max(block_r, 16)
+    nsa_topn_kernel[(triton.cdiv(t, block_r), b * hkv)](
+        sa,
+        sb,
+        picks,
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
+        picks.stride(0),
+        picks.stride(1),
+        picks.stride(2),
+        t,
+        ts,
+        HKV=hkv,
+        L_CMP=cfg.cmp_block,
+        D_STRIDE=cfg.cmp_stride,
+        RATIO=cfg.sel_block // cfg.cmp_stride,
+        L_SEL=cfg.sel_block,
+        N_SEL=n,
+        N_INIT=cfg.sel_init,
+        N_LOCAL=cfg.sel_local,
+        BLOCK_R=block_r,
+        BLOCK_TS=block_ts,
+        N_PAD=pow2(n, 1),
+        num_warps=4 if block_ts <= 1024 else 8,
+    )
+    return picks
+
+
+__all__ = ["nsa_topn_kernel", "topn_triton"]
