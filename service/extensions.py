@@ -252,7 +252,10 @@ def _skip_hooks_when_unused(app: Flask, limiter: Any) -> None:
     nothing to deduct, report or reset, and making and resetting its empty state was about
     2 % of a quiz answer's CPU. With any state made in the request, they run as before.
     """
-    from flask_limiter._compat import request_context  # where Limiter.context keeps it
+    try:
+        from flask_limiter._compat import request_context  # where Limiter.context keeps it
+    except ImportError:  # another flask-limiter layout: keep its hooks as they are
+        return
 
     def used() -> bool:
         return hasattr(request_context(), _LIMITER_STATE)
