@@ -44,7 +44,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import kernels.nsa.attention as nsa_mod  # noqa: E402
-from benchmarks._commit import commit  # noqa: E402
+from benchmarks._common import commit, device_ready, diff  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton  # noqa: E402
@@ -269,19 +269,6 @@ SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
 }
 
 
-def _diff(x: torch.Tensor, ref: torch.Tensor) -> str:
-    """max |x − ref| and rel-RMS over finite reference entries (NaN in x shows as nan)."""
-    x, ref = x.float(), ref.float()
-    fin = torch.isfinite(ref)
-    if not bool(torch.equal(torch.isfinite(x), fin)):
-        return "NONFINITE MISMATCH"
-    d = (x[fin] - ref[fin]).double()
-    if d.numel() == 0:
-        return "empty"
-    rms = float(d.pow(2).mean().sqrt() / ref[fin].double().pow(2).mean().sqrt().clamp_min(1e-30))
-    return f"max {float(d.abs().max()):.2e} rel {rms:.1e}"
-
-
 def _set_sel(label: str) -> None:
     name, r = SEL_VARIANTS[label]
     nsa_mod.VARIANTS["selection"] = name
@@ -363,9 +350,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
                 o, lse, ix = fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
                 assert ix is not None
                 same = float((ix == idx).all(-1).float().mean())
-                check = (
-                    f"o_cmp {_diff(o, ref_c[0])}; lse {_diff(lse, ref_c[1])}; idx same {same:.5f}"
-                )
+                check = f"o_cmp {diff(o, ref_c[0])}; lse {diff(lse, ref_c[1])}; idx same {same:.5f}"
             except Exception as exc:
                 check = f"FAILED {type(exc).__name__}"
             cell(f"cmp {name} attn+scores+top-n", t, ms, fl["cmp"], check)
@@ -398,7 +383,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
                 )
                 try:
                     o, lse = fn(qq, k, v, ii, cfg, scale)
-                    check = f"o_slc {_diff(o, ref_s[0])}; lse {_diff(lse, ref_s[1])}"
+                    check = f"o_slc {diff(o, ref_s[0])}; lse {diff(lse, ref_s[1])}"
                 except Exception as exc:
                     check = f"FAILED {type(exc).__name__}"
                 cell(row, t, ms, fl["slc"], check)
@@ -425,7 +410,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
                 row = f"total fwd slc {label} / cmp {cname}"
                 ms = timed(row, t, lambda: nsa_attention(q, k, v, gates, cfg), total_fl)
                 try:
-                    check = "out " + _diff(nsa_attention(q, k, v, gates, cfg), ref_out)
+                    check = "out " + diff(nsa_attention(q, k, v, gates, cfg), ref_out)
                 except Exception as exc:
                     check = f"FAILED {type(exc).__name__}"
                 cell(row, t, ms, total_fl, check)
@@ -474,14 +459,8 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
     from kernels.nsa.window_bwd import window_bwd_triton
 
     cuda = device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print("bench_nsa --backward: needs CUDA (or --device cpu with TRITON_INTERPRET=1)")
+    if not device_ready(device, "bench_nsa --backward"):
         return
-    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        print("bench_nsa --backward --device cpu: set TRITON_INTERPRET=1 (Triton path on CPU)")
-        return
-    name = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
-    print(f"device {name} torch {torch.__version__} triton {triton.__version__}")
 
     def timer(fn: Callable[[], object]) -> float:
         if cuda:

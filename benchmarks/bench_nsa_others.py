@@ -78,7 +78,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from benchmarks._commit import commit, git  # noqa: E402
+from benchmarks._common import commit, device_ready, diff, git  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
 THIRD_PARTY = REPO / "third_party"
@@ -223,16 +223,6 @@ def make_inputs(b: int, t: int, hq: int, hkv: int, d: int, device: str, dt: torc
 
 def leaves(*xs: torch.Tensor) -> list[torch.Tensor]:
     return [x.detach().clone().requires_grad_(True) for x in xs]
-
-
-def diff(x: torch.Tensor, ref: torch.Tensor) -> str:
-    """max |x − ref| and ‖x − ref‖ / ‖ref‖ (RMS), both over all entries, in fp64."""
-    x, ref = x.detach().double(), ref.detach().double()
-    if not bool(torch.isfinite(x).all()):
-        return f"NONFINITE ({int((~torch.isfinite(x)).sum())} entries)"
-    d = x - ref
-    rel = float(d.pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-30))
-    return f"max abs {float(d.abs().max()):.3e}, rel RMS {rel:.3e}"
 
 
 class Timer:
@@ -487,17 +477,17 @@ def load_impls(keys: list[str], windows: dict[int, SlidingWindow], cuda: bool) -
     if "ours" in keys:
         impls.append(Impl("ours", "ours nsa_attention", ours, our_commit(), ours_fns))
     if "fla" in keys:
-        commit = third_party_commit(FLA_DIR)
+        sha = third_party_commit(FLA_DIR)
         try:
             mod = import_fla()
             win = "window 512 (flash-attn)" if mod.flash_attn_func else "no window (no flash-attn)"
             branches = f"compressed (l=d=64, mean) + selected (n=16 of 64); {win}; gates in q.dtype"
-            impls.append(Impl("fla", "fla parallel_nsa", branches, commit, fla_fns(mod)))
+            impls.append(Impl("fla", "fla parallel_nsa", branches, sha, fla_fns(mod)))
         except Exception as exc:  # any import failure is reported, not fatal
             err = _report("fla import", exc)
-            impls.append(Impl("fla", "fla parallel_nsa", "—", commit, _failed, err))
+            impls.append(Impl("fla", "fla parallel_nsa", "—", sha, _failed, err))
     if "xunhao" in keys:
-        commit = third_party_commit(XUNHAO_DIR)
+        sha = third_party_commit(XUNHAO_DIR)
         win = "flash-attn" if flash_attn_window() else "FlexAttention" if cuda else "masked SDPA"
         branches = (
             "compressed (avgpool l=32, d=16) + selected (n=16 of 64) + window 512 "
@@ -505,10 +495,10 @@ def load_impls(keys: list[str], windows: dict[int, SlidingWindow], cuda: bool) -
         )
         try:
             ops = import_xunhao()
-            impls.append(Impl("xunhao", "XunhaoLai", branches, commit, xunhao_fns(ops, windows)))
+            impls.append(Impl("xunhao", "XunhaoLai", branches, sha, xunhao_fns(ops, windows)))
         except Exception as exc:
             err = _report("XunhaoLai import", exc)
-            impls.append(Impl("xunhao", "XunhaoLai", branches, commit, _failed, err))
+            impls.append(Impl("xunhao", "XunhaoLai", branches, sha, _failed, err))
         impls.append(
             Impl(
                 "window",
@@ -548,14 +538,8 @@ MODES = ("fwd", "fwd+bwd")
 
 def run(args: argparse.Namespace) -> None:
     cuda = args.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print("bench_nsa_others: needs CUDA (or --device cpu with TRITON_INTERPRET=1)")
+    if not device_ready(args.device, "bench_nsa_others"):
         return
-    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        print("bench_nsa_others --device cpu: set TRITON_INTERPRET=1 (Triton kernels on CPU)")
-        return
-    dev_name = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
-    print(f"device {dev_name} torch {torch.__version__} triton {triton.__version__}")
     windows: dict[int, SlidingWindow] = {}
     if not cuda:
         cpu_interpreter_shims()

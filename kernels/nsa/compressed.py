@@ -224,7 +224,7 @@ def nsa_compressed_fwd_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
-# Variants v2 / v3 of the compressed kernel (selectable beside v1, see ``compressed_variant``)
+# Variants v2 / v3 of the compressed kernel (selectable beside v1, see ``attention.variant``)
 #
 # Same two-pass algorithm and outputs as v1; the per-element softmax work is cut, because at
 # D=128 the ALU/MUFU work per logit (scale, visibility mask, max, exp2, where) costs as much as

@@ -1,0 +1,68 @@
+"""Pieces the NSA benchmark scripts share: the commit they ran on, the device they may run
+on, and how far an output is from a reference."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def git(args: list[str], cwd: Path) -> str:
+    """``git args`` in ``cwd``: its stdout stripped, "" when git fails or is missing."""
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def commit(repo: Path = REPO) -> str:
+    """Short hash of ``repo``'s HEAD (+ "-dirty" with uncommitted changes to tracked files).
+
+    KGRADE_COMMIT wins: a ``git archive`` export run on the GPU machine has no .git of its
+    own, and git then finds a parent folder's, which may be stale.
+    """
+    if os.environ.get("KGRADE_COMMIT"):
+        return os.environ["KGRADE_COMMIT"]
+    sha = git(["rev-parse", "--short", "HEAD"], repo)
+    if not sha:
+        return "unknown"
+    dirty = git(["status", "--porcelain", "--untracked-files=no"], repo)
+    return sha + ("-dirty" if dirty else "")
+
+
+def device_ready(device: str, script: str) -> bool:
+    """Print why ``script`` cannot run on ``device`` and return False, or print the device,
+    torch and triton and return True: CUDA, or the CPU under TRITON_INTERPRET=1."""
+    cuda = device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print(f"{script}: needs CUDA (or --device cpu with TRITON_INTERPRET=1)")
+        return False
+    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        print(f"{script} --device cpu: set TRITON_INTERPRET=1 (Triton kernels on CPU)")
+        return False
+    import triton
+
+    name = torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)"
+    print(f"device {name} torch {torch.__version__} triton {triton.__version__}")
+    return True
+
+
+def diff(x: torch.Tensor, ref: torch.Tensor) -> str:
+    """max |x − ref| and ‖x − ref‖ / ‖ref‖ (RMS) in fp64, over the reference's finite entries
+    (an lse's −inf rows); x must be non-finite exactly where the reference is."""
+    x, ref = x.detach().double(), ref.detach().double()
+    fin = torch.isfinite(ref)
+    if not bool(torch.equal(torch.isfinite(x), fin)):
+        return f"NONFINITE MISMATCH ({int((torch.isfinite(x) != fin).sum())} entries)"
+    d = x[fin] - ref[fin]
+    if d.numel() == 0:
+        return "empty"
+    rel = float(d.pow(2).mean().sqrt() / ref[fin].pow(2).mean().sqrt().clamp_min(1e-30))
+    return f"max abs {float(d.abs().max()):.3e}, rel RMS {rel:.3e}"
