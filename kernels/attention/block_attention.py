@@ -83,18 +83,81 @@ def _load_tile(
 
 
 @triton.jit
-def _attn_tiles(
+def _softmax_step(
+    qk,
     acc,
     l_i,
     m_i,
-    q,
+    start_n,
+    q_pos,
+    k_offset,
+    Tk,
+    qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    LAZY: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """One key tile's online-softmax update of (acc, l_i, m_i); returns p unnormalised (fp32).
+
+    m_i is in log2 units. With ``LAZY`` an unmasked tile keeps a stale row maximum unless some
+    row's grew by more than 8 (a factor 256): p then stays below 256, harmless in fp32 and in
+    bf16's exponent range, and the [BLOCK_M, D] rescale of acc is skipped on most tiles.
+    """
+    if MASKED:
+        cols = start_n + tl.arange(0, BLOCK_N)  # [BLOCK_N] local key index
+        visible = cols[None, :] < Tk
+        if CAUSAL:
+            visible = visible & (q_pos[:, None] >= (k_offset + cols)[None, :])
+        qk = tl.where(visible, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # A row that has seen no key yet keeps m = -inf; subtract 0 instead so that
+        # exp2(-inf - -inf) never produces NaN. Its p and alpha are then exactly 0.
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_use[:, None])
+        alpha = tl.math.exp2(m_i - m_use)  # [BLOCK_M]; 0 on the first visible tile
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
+    elif LAZY:
+        m_tile = tl.max(qk, 1) * qk_scale
+        if tl.max(m_tile - m_i, 0) > 8.0:  # always true on the first tile (m_i = -inf)
+            m_new = tl.maximum(m_i, m_tile)
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        p = tl.math.exp2(qk * qk_scale - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+    else:
+        # Every key of the tile is visible to every row: one FMA per logit, no where().
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
+    return p, acc, l_i, m_i
+
+
+@triton.jit
+def _attn_tiles(
+    acc0,
+    l0,
+    m0,
+    acc1,
+    l1,
+    m1,
+    q0,
+    q1,
     K,
     V,
     b,
     hk,
     lo,
     hi,
-    q_pos,
+    q_pos0,
+    q_pos1,
     k_offset,
     Tk,
     qk_scale,
@@ -112,10 +175,14 @@ def _attn_tiles(
     USE_TMA: tl.constexpr,
     DOT_FP32: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr,
+    LAZY: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
-    """Online-softmax update of (acc, l_i, m_i) over key tiles [lo, hi); m_i is in log2 units."""
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in range(lo, hi, BLOCK_N):
+    """Online-softmax update over key tiles [lo, hi) of one query tile, or of two half tiles
+    (``SPLIT``) that share each K/V load and keep independent softmax state, so the compiler can
+    overlap one half's exponentials with the other half's matrix products."""
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         k = _load_tile(
             K,
             b,
@@ -134,26 +201,39 @@ def _attn_tiles(
         if DOT_FP32:
             # Interpreter trap: tl.dot on bf16 operands returns garbage there (spec §5).
             k = k.to(tl.float32)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BLOCK_M, BLOCK_N] fp32
-        if MASKED:
-            cols = start_n + offs_n  # [BLOCK_N] local key index
-            visible = cols[None, :] < Tk
-            if CAUSAL:
-                visible = visible & (q_pos[:, None] >= (k_offset + cols)[None, :])
-            qk = tl.where(visible, qk * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            # A row that has seen no key yet keeps m = -inf; subtract 0 instead so that
-            # exp2(-inf - -inf) never produces NaN. Its p and alpha are then exactly 0.
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(qk - m_use[:, None])
-        else:
-            # Every key of the tile is visible to every row: one FMA per logit, no where().
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            m_use = m_new
-            p = tl.math.exp2(qk * qk_scale - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)  # [BLOCK_M]; 0 on the first visible tile
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
+        qk0 = tl.dot(q0, tl.trans(k), input_precision=PRECISION)  # [BLOCK_M(/2), BLOCK_N] fp32
+        p0, acc0, l0, m0 = _softmax_step(
+            qk0,
+            acc0,
+            l0,
+            m0,
+            start_n,
+            q_pos0,
+            k_offset,
+            Tk,
+            qk_scale,
+            MASKED,
+            CAUSAL,
+            LAZY,
+            BLOCK_N,
+        )
+        if SPLIT:
+            qk1 = tl.dot(q1, tl.trans(k), input_precision=PRECISION)
+            p1, acc1, l1, m1 = _softmax_step(
+                qk1,
+                acc1,
+                l1,
+                m1,
+                start_n,
+                q_pos1,
+                k_offset,
+                Tk,
+                qk_scale,
+                MASKED,
+                CAUSAL,
+                LAZY,
+                BLOCK_N,
+            )
         v = _load_tile(
             V,
             b,
@@ -171,11 +251,50 @@ def _attn_tiles(
         )  # [BLOCK_N, BLOCK_D]
         if DOT_FP32:
             v = v.to(tl.float32)
-        else:
-            p = p.to(v.dtype)
-        acc = tl.dot(p, v, acc, input_precision=PRECISION)
-        m_i = m_new
-    return acc, l_i, m_i
+        acc0 = tl.dot(p0.to(v.dtype), v, acc0, input_precision=PRECISION)
+        if SPLIT:
+            acc1 = tl.dot(p1.to(v.dtype), v, acc1, input_precision=PRECISION)
+    return acc0, l0, m0, acc1, l1, m1
+
+
+@triton.jit
+def _store_rows(
+    acc,
+    l_i,
+    m_i,
+    Out,
+    Lse,
+    b,
+    h,
+    pid_bh,
+    offs_m,
+    Tq,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Normalise and store rows ``offs_m``: out and the natural-log lse."""
+    empty = l_i == 0.0  # rows that saw no key: out 0 (acc is 0), lse -inf
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
+    row_ok = offs_m < Tq
+    tl.store(Lse + pid_bh.to(tl.int64) * Tq + offs_m, lse, mask=row_ok)
+    offs_d = tl.arange(0, BLOCK_D)
+    o_ptrs = (
+        Out
+        + b.to(tl.int64) * stride_ob
+        + h.to(tl.int64) * stride_oh
+        + offs_m.to(tl.int64)[:, None] * stride_ot
+        + offs_d[None, :]
+    )
+    if BLOCK_D != HEAD_DIM:
+        o_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
+    else:
+        o_mask = row_ok[:, None]
+    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
 
 
 # Lengths and offsets change per call (odd lengths, ring offsets): no divisibility
@@ -214,6 +333,9 @@ def block_attention_fwd_kernel(
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr = False,
+    LAZY: tl.constexpr = False,
+    WARP_SPEC: tl.constexpr = False,
 ):
     # Causal tiles further down see more keys: launch them first (reverse order) so the long
     # programs do not end up alone in the last wave.
@@ -223,30 +345,40 @@ def block_attention_fwd_kernel(
     h = pid_bh % Hq
     hk = h // GROUP
     m0 = pid_m * BLOCK_M
-    offs_m = m0 + tl.arange(0, BLOCK_M)  # [BLOCK_M] local query index
-    offs_d = tl.arange(0, BLOCK_D)
+    # With SPLIT the tile is two halves of ROWS rows, each with its own softmax state.
+    ROWS: tl.constexpr = BLOCK_M // 2 if SPLIT else BLOCK_M
+    offs_m0 = m0 + tl.arange(0, ROWS)  # [ROWS] local query index
+    offs_m1 = offs_m0 + ROWS
 
-    q = _load_tile(
-        Q,
-        b,
-        m0,
-        h,
-        Tq,
-        stride_qb,
-        stride_qt,
-        stride_qh,
-        HEAD_DIM,
-        BLOCK_M,
-        BLOCK_D,
-        USE_TMA,
-        True,
-    )  # [BLOCK_M, BLOCK_D]
+    q0 = _load_tile(
+        Q, b, m0, h, Tq, stride_qb, stride_qt, stride_qh, HEAD_DIM, ROWS, BLOCK_D, USE_TMA, True
+    )  # [ROWS, BLOCK_D]
+    if SPLIT:
+        q1 = _load_tile(
+            Q,
+            b,
+            m0 + ROWS,
+            h,
+            Tq,
+            stride_qb,
+            stride_qt,
+            stride_qh,
+            HEAD_DIM,
+            ROWS,
+            BLOCK_D,
+            USE_TMA,
+            True,
+        )
+    else:
+        q1 = q0  # unused
     if DOT_FP32:
-        q = q.to(tl.float32)
+        q0 = q0.to(tl.float32)
+        q1 = q1.to(tl.float32)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    m_0 = tl.full([ROWS], float("-inf"), dtype=tl.float32)
+    l_0 = tl.zeros([ROWS], dtype=tl.float32)
+    acc_0 = tl.zeros([ROWS, BLOCK_D], dtype=tl.float32)
+    m_1, l_1, acc_1 = m_0, l_0, acc_0
 
     if CAUSAL:
         # Key j (local) is visible to query i iff j <= q_offset - k_offset + i.
@@ -260,20 +392,26 @@ def block_attention_fwd_kernel(
     else:
         n_full = (Tk // BLOCK_N) * BLOCK_N
         hi = Tk
-    q_pos = q_offset + offs_m  # [BLOCK_M] global query position
+    q_pos0 = q_offset + offs_m0  # [ROWS] global query position
+    q_pos1 = q_offset + offs_m1
 
-    acc, l_i, m_i = _attn_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
+    acc_0, l_0, m_0, acc_1, l_1, m_1 = _attn_tiles(
+        acc_0,
+        l_0,
+        m_0,
+        acc_1,
+        l_1,
+        m_1,
+        q0,
+        q1,
         K,
         V,
         b,
         hk,
         0,
         n_full,
-        q_pos,
+        q_pos0,
+        q_pos1,
         k_offset,
         Tk,
         qk_scale,
@@ -291,19 +429,27 @@ def block_attention_fwd_kernel(
         USE_TMA,
         DOT_FP32,
         PRECISION,
+        SPLIT,
+        LAZY,
+        WARP_SPEC,
     )
-    acc, l_i, m_i = _attn_tiles(
-        acc,
-        l_i,
-        m_i,
-        q,
+    acc_0, l_0, m_0, acc_1, l_1, m_1 = _attn_tiles(
+        acc_0,
+        l_0,
+        m_0,
+        acc_1,
+        l_1,
+        m_1,
+        q0,
+        q1,
         K,
         V,
         b,
         hk,
         n_full,
         hi,
-        q_pos,
+        q_pos0,
+        q_pos1,
         k_offset,
         Tk,
         qk_scale,
@@ -321,27 +467,45 @@ def block_attention_fwd_kernel(
         USE_TMA,
         DOT_FP32,
         PRECISION,
+        SPLIT,
+        False,
+        False,
     )
-
-    empty = l_i == 0.0  # rows that saw no key: out 0 (acc is 0), lse -inf
-    l_safe = tl.where(empty, 1.0, l_i)
-    out = acc / l_safe[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
-
-    row_ok = offs_m < Tq
-    tl.store(Lse + pid_bh.to(tl.int64) * Tq + offs_m, lse, mask=row_ok)
-    o_ptrs = (
-        Out
-        + b.to(tl.int64) * stride_ob
-        + h.to(tl.int64) * stride_oh
-        + offs_m.to(tl.int64)[:, None] * stride_ot
-        + offs_d[None, :]
+    _store_rows(
+        acc_0,
+        l_0,
+        m_0,
+        Out,
+        Lse,
+        b,
+        h,
+        pid_bh,
+        offs_m0,
+        Tq,
+        stride_ob,
+        stride_ot,
+        stride_oh,
+        HEAD_DIM,
+        BLOCK_D,
     )
-    if BLOCK_D != HEAD_DIM:
-        o_mask = row_ok[:, None] & (offs_d[None, :] < HEAD_DIM)
-    else:
-        o_mask = row_ok[:, None]
-    tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=o_mask)
+    if SPLIT:
+        _store_rows(
+            acc_1,
+            l_1,
+            m_1,
+            Out,
+            Lse,
+            b,
+            h,
+            pid_bh,
+            offs_m1,
+            Tq,
+            stride_ob,
+            stride_ot,
+            stride_oh,
+            HEAD_DIM,
+            BLOCK_D,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,12 +621,16 @@ def block_attention_triton(
     num_warps: int | None = None,
     num_stages: int | None = None,
     use_tma: bool | None = None,
+    split: bool = False,
+    lazy: bool = False,
+    warp_specialize: bool = False,
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the Triton kernel on already validated inputs (CUDA, or CPU under the interpreter).
 
-    ``block_m``/``block_n`` etc. pin one configuration instead of autotuning (tests, benchmarks);
+    ``block_m``/``block_n`` etc. pin one configuration instead of autotuning (tests, benchmarks),
+    with the kernel's ``split``, ``lazy`` and ``warp_specialize`` variants;
     ``out``/``lse`` let tests pass NaN-poisoned contiguous buffers to prove every element is written.
     """
     q, k, v = _prep(q), _prep(k), _prep(v)
@@ -508,7 +676,7 @@ def block_attention_triton(
         qa, ka, va = q, k, v
         if use_tma:
             qa, ka, va = (
-                _descriptor(q, bm, block_d),
+                _descriptor(q, bm // 2 if split else bm, block_d),
                 _descriptor(k, bn, block_d),
                 _descriptor(v, bn, block_d),
             )
@@ -518,7 +686,20 @@ def block_attention_triton(
         if num_stages is not None:
             extra["num_stages"] = num_stages
         block_attention_fwd_kernel[grid](
-            qa, ka, va, out, lse, *strides, *scalars, **common, BLOCK_M=bm, BLOCK_N=bn, **extra
+            qa,
+            ka,
+            va,
+            out,
+            lse,
+            *strides,
+            *scalars,
+            **common,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            SPLIT=split,
+            LAZY=lazy,
+            WARP_SPEC=warp_specialize,
+            **extra,
         )
         return out, lse
 

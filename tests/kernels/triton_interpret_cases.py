@@ -84,6 +84,46 @@ def test_tiles_and_load_paths_write_everything(use_tma, block_m, block_n):
     assert_attention_close(out, lse, *ref)
 
 
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+@pytest.mark.parametrize(
+    ("split", "lazy"), [(True, False), (False, True), (True, True)], ids=["split", "lazy", "both"]
+)
+@pytest.mark.parametrize("causal", [True, False])
+def test_kernel_variants(use_tma, split, lazy, causal):
+    """The kernel's split and lazy-rescale variants, NaN-poisoned, with keys whose logits grow
+    far along the row: a late maximum 200+ binades above the first overflows fp32 unless the
+    lazy rescale fires."""
+    g = torch.Generator().manual_seed(11)
+    b, tq, tk, hq, hkv, d = 2, 83, 131, 4, 2, 32
+    q = randn(b, tq, hq, d, dtype=torch.bfloat16, gen=g)
+    k = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
+    v = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
+    k[:, 70:90] *= 60
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, tq), float("nan"))
+    qo, ko = (60, 0) if causal else (0, 0)
+    block_attention_triton(
+        q,
+        k,
+        v,
+        causal=causal,
+        q_offset=qo,
+        k_offset=ko,
+        scale=d**-0.5,
+        block_m=64,
+        block_n=32,
+        use_tma=use_tma,
+        split=split,
+        lazy=lazy,
+        out=out,
+        lse=lse,
+    )
+    ref = block_attention_naive(
+        q.float(), k.float(), v.float(), causal=causal, q_offset=qo, k_offset=ko
+    )
+    assert_attention_close(out, lse, *ref)
+
+
 @pytest.mark.parametrize("layout", ["zigzag", "stripe", "contiguous"])
 def test_ring_attention_through_the_kernel(layout):
     g = torch.Generator().manual_seed(3)
