@@ -194,21 +194,26 @@ def test_a_submission_far_beyond_the_floor_stops_after_a_few_calls() -> None:
     prof = r.details["bench_profile"][t.name]
     assert prof["floor_stop"] is True
     assert t.n == FLOOR_FAST_ITERS, prof
-    # the warm-up's checks, then the loop's first batch's
-    assert prof["checked"] == WARMUP_CALLS + min(FIRST_BATCH_CHECKS, FLOOR_FAST_ITERS)
-    # enough calls for the wall-clock checks: a forged clock is judged at the floor too
-    assert FLOOR_FAST_ITERS >= MIN_PLAUSIBLE_CALLS
+    # the warm-up's checks, then the loop's first batch's: every call of the loop
+    assert FLOOR_FAST_ITERS <= FIRST_BATCH_CHECKS
+    assert prof["checked"] == WARMUP_CALLS + FLOOR_FAST_ITERS
+    # enough calls for the wall-clock checks with the warm-up's last ones: a forged clock is
+    # judged at the floor too, after fewer loop calls than the checks need
+    assert prof["warmup_judged"] == WARMUP_CALLS - 1
+    assert FLOOR_FAST_ITERS < MIN_PLAUSIBLE_CALLS <= FLOOR_FAST_ITERS + prof["warmup_judged"]
     assert r.speedup == pytest.approx(1 / 4.0)
 
 
 def test_a_forged_clock_far_beyond_the_floor_is_still_caught() -> None:
     # The bank's slow-clock cheat (clock and events 4x slow) on a submission 1,000x our
     # reference's time: the loop stops early at the floor, but not before the wall-clock check
-    # has its calls (run 15 on the H200 passed NSA's slow_clock at the floor after 3 calls)
+    # has its calls: the loop's FLOOR_FAST_ITERS and the warm-up's last two (run 15 on the H200
+    # passed NSA's slow_clock at the floor after 3 loop calls with nothing else judged)
     src = _src("attention-merge", "solutions/wrong/slow_clock.py") + _slowed(1.5)
     r = grade("attention-merge", src, device="cpu")
     assert r.verdict is Verdict.INTEGRITY_VIOLATION, r.output
     assert "implausible against the grader's clock" in r.output
+    assert f", {MIN_PLAUSIBLE_CALLS} calls)" in r.output  # judged at the fast floor stop
 
 
 def test_paired_timed_calls_come_from_a_fresh_runner(watched: GradeResult) -> None:

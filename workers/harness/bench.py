@@ -130,7 +130,10 @@ def bench_shape(
     settle = False
     while True:
         wall = time.monotonic() - t_loop
-        if ours is not None and timing.past_floor(sub.samples, ours.samples, clamp):
+        # the floor stops the loop only once the integrity checks have their calls to judge
+        # (the loop's and the warm-up's last ones: Side.warmup)
+        judged = len(sub.events) >= timing.MIN_PLAUSIBLE_CALLS
+        if ours is not None and judged and timing.past_floor(sub.samples, ours.samples, clamp):
             sub.floor_stop = True  # the score is clamped at its floor: more calls cannot move it
             break
         # both sides call until both are done, so paired samples stay paired; the statistics

@@ -200,6 +200,7 @@ class Side:
         self.checked = 0
         self.warmup_calls = 0
         self.warmup_s = 0.0
+        self.warmup_judged = 0  # warm-up calls the loop's integrity checks judge too
         self.floor_stop = False
         self.peer: Side | None = None  # the other side of a paired loop
         self.reps: dict[str, dict[str, Any]] = {}  # the batch's rank-0 reports, by tag
@@ -270,9 +271,15 @@ class Side:
             if k > 50:
                 break
         self.end_batch(checks=[t for t, _, _ in self.batch[: timing.WARMUP_CALLS]])
-        # the warm-up's times are not the loop's: its integrity checks start afresh, and the
-        # loop's first batch is checked as a first batch
-        self.events, self.streams, self.walls, self.replies = [], [], [], []
+        # The warm-up's times are not the loop's statistics, and the loop's first batch is
+        # checked as a first batch. Its last WARMUP_JUDGED calls (never the first, which may
+        # compile or autotune) stay with the integrity checks (wall clock, digest phase, side
+        # stream, roofline floor): a forged clock forges them too, and a loop stopped at the
+        # clamp's floor after FLOOR_FAST_ITERS calls then still has MIN_PLAUSIBLE_CALLS judged.
+        keep = min(k - 1, timing.WARMUP_JUDGED)
+        for name in ("events", "streams", "walls", "replies"):
+            setattr(self, name, getattr(self, name)[len(getattr(self, name)) - keep :])
+        self.warmup_judged = keep
         self.batches = 0
         # nor is its GPU time: a first call that compiles its kernels (seconds) would spend the
         # loop's GPU budget before the loop starts
@@ -470,6 +477,7 @@ class Side:
                 "overhead_ms": round(statistics.median(over), 4) if over else None,
                 "warmup_calls": self.warmup_calls,
                 "warmup_s": round(self.warmup_s, 3),
+                "warmup_judged": self.warmup_judged,
                 "calls": len(self.samples),
                 "settle_calls": self.settled,
                 "checked": self.checked,

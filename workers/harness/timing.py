@@ -38,10 +38,15 @@ HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff revie
 PLAUSIBLE_ABS_MS = {"cuda": 0.05, "cpu": 1.0}
 PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 0.25}
 MIN_PLAUSIBLE_CALLS = 5
-# At least the calls the wall-clock and digest-phase checks need to judge: a forged clock stays
-# an INTEGRITY_VIOLATION at the floor too (run 15 stopped NSA's slow_clock cheat after 3 calls
-# and passed it at the floor, unjudged).
-FLOOR_FAST_ITERS = MIN_PLAUSIBLE_CALLS
+# The warm-up's last calls that the loop's integrity checks judge with the loop's own (the
+# first warm-up call never: it may compile or autotune). Warm-up calls go through the same
+# window and clocks as the loop's, and a forged clock forges them too.
+WARMUP_JUDGED = WARMUP_CALLS - 1
+# The fast floor stop's calls a side: with the judged warm-up calls, what the wall-clock and
+# digest-phase checks need to judge, so a forged clock stays an INTEGRITY_VIOLATION at the floor
+# too (run 15 stopped NSA's slow_clock cheat after 3 calls with nothing else judged and passed
+# it at the floor; e41b3d7 made it 5 loop calls, 2 x 1.4 s more for NSA's dense solutions).
+FLOOR_FAST_ITERS = MIN_PLAUSIBLE_CALLS - WARMUP_JUDGED
 # The digest phase after a window (its outputs' digests, then the reply) against the null
 # call's: a lower quartile more than ABS + REL x that is work done after the window. Work a
 # submission moves past the window is there on every call, so it lifts the quartile as much as
