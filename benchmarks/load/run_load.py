@@ -70,16 +70,16 @@ def _admin(url: str, *statements: str) -> None:
             conn.execute(sql)
 
 
-def fresh_postgres(url: str) -> str:
-    """A new empty database ``kgrade_load`` on the server of ``url``; its URL."""
+def fresh_postgres(url: str, name: str = LOAD_DB) -> str:
+    """A new empty database ``name`` on the server of ``url``; its URL."""
     from sqlalchemy.engine import make_url
 
-    _admin(url, f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)", f"CREATE DATABASE {LOAD_DB}")
-    return make_url(url).set(database=LOAD_DB).render_as_string(hide_password=False)
+    _admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
-def drop_postgres(url: str) -> None:
-    _admin(url, f"DROP DATABASE IF EXISTS {LOAD_DB} WITH (FORCE)")
+def drop_postgres(url: str, name: str = LOAD_DB) -> None:
+    _admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def prepare(url: str, students: int, tokens_file: Path) -> None:
