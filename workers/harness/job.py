@@ -10,6 +10,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -129,6 +130,7 @@ class Job:
     base: Any = None  # the runner's state before the import (timed.Baseline), benchmark only
     threads: int | None = None  # the runner's CPU thread pool, when its CPUs are fixed
     cpus: set[int] | None = None  # the CPUs its runner is pinned to once it says hello
+    killed: bool = False  # ``kill`` was called: no process of the job may start any more
 
     def report(self, phase: str, done: int, total: int) -> None:
         """Tell the caller how far grading is; never affects the verdict."""
@@ -176,7 +178,17 @@ class Job:
         env["OMP_NUM_THREADS"] = os.environ.get("KGRADE_CHECKER_THREADS", "2")
         return env
 
+    def start_checker(self) -> None:
+        """The trusted checker process (``CheckerProc``), unless the job was killed."""
+        if self.killed:
+            raise Failure(Verdict.INFRA_ERROR, "the job was cancelled")
+        self.checker = CheckerProc(self.checker_env())
+        if self.killed:  # killed while it started
+            self.kill()
+
     def start_runner(self) -> None:
+        if self.killed:
+            raise Failure(Verdict.INFRA_ERROR, "the job was cancelled")
         pairs = [socket.socketpair() for _ in range(self.world)]
         child_fds = tuple(b.fileno() for _, b in pairs)
         for fd in child_fds:
@@ -261,6 +273,8 @@ class Job:
         self.isolation = self.box.isolation
         self.seccomp = self.box.seccomp
         self.chans = [Channel(a) for a, _ in pairs]
+        if self.killed:  # killed while it started
+            self.kill()
 
     def runner_gone(self, what: str) -> Failure:
         """Classify a vanished runner: output flood, signal, or crash."""
@@ -312,6 +326,19 @@ class Job:
                 ch.sock.close()
             self.chans, self.box = [], None
         return logs
+
+    def kill(self) -> None:
+        """End the job's processes now, from any thread (a confirmation run beside a first run
+        that failed): the runner's whole process group and the checker, without the goodbyes
+        ``close`` waits for. The thread grading the job then meets closed channels (its own
+        ``close`` still runs)."""
+        self.killed = True  # set before reading box/checker; their starters read it after
+        box, checker = self.box, self.checker
+        if box is not None:
+            box._killpg(signal.SIGKILL)
+        if checker is not None:
+            with contextlib.suppress(OSError):
+                checker.proc.kill()
 
     def close(self) -> None:
         try:
