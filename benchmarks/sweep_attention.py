@@ -65,6 +65,20 @@ def variants() -> list[Variant]:
     return out
 
 
+def variants_split() -> list[Variant]:
+    """Round two (after the first sweep: split won on full attention, warp specialisation on
+    causal): split tiles with TMA and warp specialisation, more stages, narrower key tiles."""
+    tiles = [(256, 64, 8, 2), (256, 64, 8, 3), (256, 64, 8, 4), (256, 32, 8, 3), (256, 32, 8, 4)]
+    out = [
+        Variant(*t, tma, True, False, ws)
+        for t in tiles
+        for tma, ws in ((False, False), (True, False), (True, True))
+    ]
+    out += [Variant(128, 128, 8, s, True, False, False, True) for s in (2, 3, 4)]
+    out += [Variant(128, 128, 8, 3, False, False, False, False)]
+    return out
+
+
 def run(v: Variant, q, k, v_, causal: bool):
     d = q.shape[-1]
     return block_attention_triton(
@@ -148,12 +162,13 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=6)
     ap.add_argument("--dims", type=int, nargs="+", default=[128])
     ap.add_argument("--shapes", default="2x8192,1x16384", help="BxT list, H=16")
+    ap.add_argument("--set", choices=["all", "split"], default="all", help="which variants")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("CUDA is not available: this sweep needs a GPU")
         return
     print(f"commit {commit()}; torch {torch.__version__}; triton {triton.__version__}", flush=True)
-    vs = variants()
+    vs = variants() if args.set == "all" else variants_split()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     ctx = mp.get_context("spawn")
     for d in args.dims:
