@@ -15,12 +15,18 @@ the interpreter) and Hopper TMA tensor descriptors over ``[B·T, H·D]`` views (
 boxes of one head's D columns). CUDA uses pointers by default (faster on H200 with Triton 3.6);
 ``KGRADE_USE_TMA=1`` or ``use_tma=True`` selects TMA on sm_90+ when D is a power of two.
 
+Kernel options (constexprs): ``SPLIT`` computes the tile as two independent halves that share
+each K/V load, which lets the compiler overlap one half's exponentials with the other's matrix
+products (the autotuner's 256-row configs); ``LAZY`` and ``WARP_SPEC`` (a stale row maximum, a
+warp-specialised key loop) are kept for benchmarks/sweep_attention.py, having measured no faster.
+
 CPU tensors go to a PyTorch fallback (``_block_attention_cpu``) unless ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -512,39 +518,65 @@ def block_attention_fwd_kernel(
 # Launch configuration
 # ---------------------------------------------------------------------------------------------
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages); a handful, chosen for Hopper at D=64/128.
-_GPU_CONFIGS: tuple[tuple[int, int, int, int], ...] = (
-    (128, 128, 8, 3),
-    (128, 64, 8, 3),
-    (128, 64, 4, 3),
-    (128, 128, 8, 2),
-    (64, 64, 4, 3),
+
+class _Config(NamedTuple):
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    split: bool = False  # two half tiles of block_m // 2 rows (the kernel's SPLIT)
+
+
+# A handful, chosen for Hopper at D=64/128. The split 256-row tiles came out of
+# benchmarks/sweep_attention.py on one H200 (2026-12-02): 0.87-0.91 of cuDNN's TFLOP/s on full
+# attention at T 8k-16k, D 128, against 0.76-0.80 for the best unsplit tile; on causal attention
+# the unsplit 128 x 128 stayed ahead (lazy rescaling and warp specialisation gained nothing
+# over these).
+_GPU_CONFIGS: tuple[_Config, ...] = (
+    _Config(128, 128, 8, 3),
+    _Config(128, 64, 8, 3),
+    _Config(128, 64, 4, 3),
+    _Config(128, 128, 8, 2),
+    _Config(64, 64, 4, 3),
+    _Config(256, 64, 8, 3, split=True),
+    _Config(256, 64, 8, 4, split=True),
 )
 # The interpreter runs one program at a time in numpy: one small config (autotune with several
 # configs fails without a GPU, spec §5 trap 2).
 _INTERPRET_BLOCK = (32, 32)
 
 
+def _config_fits(cfg: _Config, block_d: int, tq: int) -> bool:
+    """Big tiles waste work on short blocks and overflow shared memory above D=128."""
+    if block_d > 128 and (cfg.block_m > 64 or cfg.block_n > 64):
+        return False
+    if cfg.block_m > 128 and (block_d > 128 or tq < 1024):
+        return False
+    return not (tq <= 64 and cfg.block_m > 64)
+
+
 def _gpu_autotune_configs() -> list[triton.Config]:
     return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in _GPU_CONFIGS
+        triton.Config(
+            {"BLOCK_M": c.block_m, "BLOCK_N": c.block_n, "SPLIT": c.split},
+            num_warps=c.warps,
+            num_stages=c.stages,
+        )
+        for c in _GPU_CONFIGS
     ]
 
 
 def _prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    # Big tiles waste work on short blocks and overflow shared memory at D=256.
     nargs = {**named_args, **kwargs}
-    head_dim = nargs.get("BLOCK_D", 128)
+    block_d = nargs.get("BLOCK_D", 128)
     tq = nargs.get("Tq", 1 << 30)
-    keep = []
-    for c in configs:
-        bm, bn = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]
-        if head_dim > 128 and (bm > 64 or bn > 64):
-            continue
-        if tq <= 64 and bm > 64:
-            continue
-        keep.append(c)
+    keep = [
+        c
+        for c in configs
+        if _config_fits(
+            _Config(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], 0, 0, c.kwargs["SPLIT"]), block_d, tq
+        )
+    ]
     return keep or configs[-1:]
 
 
@@ -712,8 +744,8 @@ def block_attention_triton(
     return out, lse
 
 
-# Best (BLOCK_M, BLOCK_N, warps, stages) per shape key for the TMA path, found by timing once.
-_TMA_BEST: dict[tuple, tuple[int, int, int, int]] = {}
+# Best configuration per shape key for the TMA path, found by timing once.
+_TMA_BEST: dict[tuple, _Config] = {}
 
 
 def _launch_tma_autotuned(
@@ -725,30 +757,28 @@ def _launch_tma_autotuned(
     tk = k.shape[1]
     key = (tq, tk, common["HEAD_DIM"], common["CAUSAL"], q.shape[2] // k.shape[2], q.dtype)
 
-    def launch(cfg: tuple[int, int, int, int]) -> None:
-        bm, bn, w, s = cfg
-        grid = (triton.cdiv(tq, bm), b * hq)
+    def launch(cfg: _Config) -> None:
+        grid = (triton.cdiv(tq, cfg.block_m), b * hq)
         bd = common["BLOCK_D"]
         block_attention_fwd_kernel[grid](
-            _descriptor(q, bm, bd),
-            _descriptor(k, bn, bd),
-            _descriptor(v, bn, bd),
+            _descriptor(q, cfg.block_m // 2 if cfg.split else cfg.block_m, bd),
+            _descriptor(k, cfg.block_n, bd),
+            _descriptor(v, cfg.block_n, bd),
             out,
             lse,
             *strides,
             *scalars,
             **common,
-            BLOCK_M=bm,
-            BLOCK_N=bn,
-            num_warps=w,
-            num_stages=s,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=cfg.block_n,
+            SPLIT=cfg.split,
+            num_warps=cfg.warps,
+            num_stages=cfg.stages,
         )
 
     cfg = _TMA_BEST.get(key)
     if cfg is None:
-        candidates = [
-            c for c in _GPU_CONFIGS if not (common["BLOCK_D"] > 128 and (c[0] > 64 or c[1] > 64))
-        ]
+        candidates = [c for c in _GPU_CONFIGS if _config_fits(c, common["BLOCK_D"], tq)]
         timings = []
         for c in candidates:
             try:
