@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -222,6 +223,52 @@ def test_paired_timed_calls_come_from_a_fresh_runner(watched: GradeResult) -> No
     r = watched
     assert r.verdict is Verdict.PASS, r.output
     assert r.logs.count("kgrade-test: imported") == 2, r.logs
+
+
+def _boxes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, float]]:
+    """Every sandboxed runner tree a job starts, with when it started."""
+    import workers.harness.job as job_mod
+
+    made: list[tuple[Any, float]] = []
+
+    class Recorded(job_mod.Sandboxed):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            super().__init__(*a, **kw)
+            made.append((self, time.monotonic()))
+
+    monkeypatch.setattr(job_mod, "Sandboxed", Recorded)
+    return made
+
+
+@pytest.mark.parametrize("name", ["correct/stable_fp32", "wrong/zeros"])
+def test_the_timed_runners_start_while_the_tests_run(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The submission's fresh runner and ours beside it start when the tests phase starts (their
+    # start-up overlaps it) and are taken by the benchmark; a failing test ends them unused.
+    import workers.harness.parent as parent
+
+    made = _boxes(monkeypatch)
+    tests_ended: list[float] = []
+    real_tests = parent.run_tests
+
+    def run_tests(*a: Any, **kw: Any) -> None:
+        try:
+            real_tests(*a, **kw)
+        finally:
+            tests_ended.append(time.monotonic())
+
+    monkeypatch.setattr(parent, "run_tests", run_tests)
+    r = grade("attention-merge", _src("attention-merge", f"solutions/{name}.py"), device="cpu")
+    # the tests phase's runner, then the submission's next one and ours, both before it ended
+    assert len(made) == 3, made
+    assert all(t < tests_ended[0] for _, t in made)
+    assert all(box.proc.poll() is not None for box, _ in made)  # nothing left running
+    if name.startswith("correct"):
+        assert r.verdict is Verdict.PASS, r.output
+        assert r.details["runner_baseline"]["started_ahead"] is True
+    else:
+        assert r.verdict is Verdict.WRONG_ANSWER, r.output
 
 
 def test_a_failing_reference_beside_the_submission_is_our_fault(

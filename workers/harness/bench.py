@@ -38,6 +38,51 @@ def paired_baseline(world: int) -> bool:
     return world == 1 and os.environ.get(PAIRED_ENV, "1") != "0"
 
 
+def placement(job: Job, paired: bool) -> tuple[set[int] | None, int | None]:
+    """The CPUs the timed runners are pinned to (paired loops on a GPU host) and their CPU
+    thread pool: one thread per pinned CPU; a CPU job's (a rehearsal's) calls get one: two
+    sandboxes' thread pools on a small machine spin against each other and everything else."""
+    gpu = job_gpus(job.world)[0][0] if job.device == "cuda" else None
+    cpus = timing_cpus(gpu) if paired else None
+    return cpus, len(cpus) if cpus else (1 if job.device == "cpu" else None)
+
+
+def _reference_job(job: Job, threads: int | None, cpus: set[int] | None) -> Job:
+    return Job(
+        job.ex,
+        job.ex.reference.read_bytes(),
+        job.device,
+        job.secret,
+        trusted=True,
+        isolation=job.isolation,
+        world=job.world,
+        threads=threads,
+        cpus=cpus,
+    )
+
+
+def start_ahead(job: Job, reference: bool) -> None:
+    """Start the benchmark's fresh runners now, while the tests phase runs (a runner's start-up,
+    Python, torch and its CUDA context, is most of the benchmark's 2.3 s of set-up on the
+    H200): the submission's next runner (``Job.start_spare``) and, when paired, our reference's
+    job. They only say hello until ``start_runners`` takes them: nothing of the submission is
+    in either, and their baselines and imports come after the tests phase's runner has ended,
+    exactly as if they had started then. Not taken (a test failed): ``Job.close`` kills them."""
+    paired = reference and paired_baseline(job.world)
+    cpus, threads = placement(job, paired)
+    tests_threads = job.threads
+    job.threads = threads  # the spare's thread pool, as start_runners would size it
+    try:
+        job.start_spare()
+    finally:
+        job.threads = tests_threads
+    if paired:
+        ref = _reference_job(job, threads, cpus)
+        job.ahead.append(ref)  # first: the job's close() ends it whatever happens next
+        ref.setup()
+        ref.start_runner()
+
+
 def start_runners(
     job: Job, plan: dict[str, Any], paired: bool, cpus: set[int] | None
 ) -> tuple[Baseline, Job | None]:
@@ -46,6 +91,7 @@ def start_runners(
     overlap); ours then takes its baseline and imports our reference while the submission's
     module is in no process at all (nothing of it can load the GPU while ours calibrates), then
     the submission's runner takes its baseline and imports it. Ours failing is INFRA_ERROR.
+    Processes started ahead, during the tests phase (``start_ahead``), are taken here.
     With ``cpus``, each runner is pinned there once started, before its baseline, and its CPU
     thread pool sized to them (more threads than CPUs spin against each other).
 
@@ -54,27 +100,18 @@ def start_runners(
     run 8), and because the thread baseline must come before the submission's import.
     """
     job.prior_logs += job.stop_runner()
-    # one CPU thread per pinned CPU; a CPU job's (a rehearsal's) calls get one: two sandboxes'
-    # thread pools on a small machine spin against each other and everything else there
     job.cpus = cpus
-    job.threads = len(cpus) if cpus else (1 if job.device == "cpu" else None)
-    job.start_runner()
+    job.threads = placement(job, paired)[1]
+    if not job.use_spare():  # started ahead (start_ahead), or now
+        job.start_runner()
     if not paired:
         return _import_after_baseline(job, plan), None
-    ref = Job(
-        job.ex,
-        job.ex.reference.read_bytes(),
-        job.device,
-        job.secret,
-        trusted=True,
-        isolation=job.isolation,
-        world=job.world,
-        threads=job.threads,
-        cpus=cpus,
-    )
+    ahead = job.ahead.pop() if job.ahead else None
+    ref = ahead or _reference_job(job, job.threads, cpus)
     try:
-        ref.setup()
-        ref.start_runner()
+        if ahead is None:
+            ref.setup()
+            ref.start_runner()
         try:
             ref.base = _import_after_baseline(ref, plan)
         except Failure as f:
@@ -199,8 +236,8 @@ def run_benchmark(
     try:
         # both sides on the same CPU(s) from their baselines on (their start-ups, importing
         # torch, spread out over the worker's CPUs)
-        gpu = job_gpus(job.world)[0][0] if job.device == "cuda" else None
-        cpus = timing_cpus(gpu) if paired else None
+        cpus = placement(job, paired)[0]
+        ahead = job.spare is not None
         base, ref = start_runners(job, plan, paired, cpus)
         if cpus and ref is not None:  # threads the imports started
             pin(job, cpus)
@@ -218,6 +255,7 @@ def run_benchmark(
         if ref is not None:
             ref.close()
     res.details["runner_baseline"] = {
+        "started_ahead": ahead,  # the timed runners started while the tests ran
         "threads": base.threads,
         "processes": base.processes,
         "null_ms": {sh["name"]: round(base.null_ms[b], 4) for b, sh in enumerate(plan["bench"])},

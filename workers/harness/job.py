@@ -131,6 +131,9 @@ class Job:
     threads: int | None = None  # the runner's CPU thread pool, when its CPUs are fixed
     cpus: set[int] | None = None  # the CPUs its runner is pinned to once it says hello
     killed: bool = False  # ``kill`` was called: no process of the job may start any more
+    # a fresh runner started ahead (while the tests run) for the benchmark: ``use_spare``
+    spare: tuple[Sandboxed, list[Channel]] | None = None
+    ahead: list[Job] = field(default_factory=list)  # jobs started ahead for it (ours beside it)
 
     def report(self, phase: str, done: int, total: int) -> None:
         """Tell the caller how far grading is; never affects the verdict."""
@@ -276,6 +279,29 @@ class Job:
         if self.killed:  # killed while it started
             self.kill()
 
+    def start_spare(self) -> None:
+        """A fresh runner started now and kept aside (it says hello, nothing more, until
+        ``use_spare`` makes it the job's runner): its start-up (Python, torch, the CUDA context)
+        then overlaps the tests phase. It never meets the submission before it is adopted."""
+        current = self.box, self.chans
+        self.box, self.chans = None, []
+        try:
+            self.start_runner()
+            assert self.box is not None
+            self.spare = (self.box, self.chans)
+        finally:
+            self.box, self.chans = current
+
+    def use_spare(self) -> bool:
+        """The runner started ahead becomes the job's (its old one stopped already)."""
+        if self.spare is None:
+            return False
+        assert self.box is None
+        (self.box, self.chans), self.spare = self.spare, None
+        if self.killed:
+            self.kill()
+        return True
+
     def runner_gone(self, what: str) -> Failure:
         """Classify a vanished runner: output flood, signal, or crash."""
         box = self.box
@@ -333,9 +359,10 @@ class Job:
         ``close`` waits for. The thread grading the job then meets closed channels (its own
         ``close`` still runs)."""
         self.killed = True  # set before reading box/checker; their starters read it after
-        box, checker = self.box, self.checker
-        if box is not None:
-            box._killpg(signal.SIGKILL)
+        box, checker, spare = self.box, self.checker, self.spare
+        for b in (box, spare[0] if spare else None):
+            if b is not None:
+                b._killpg(signal.SIGKILL)
         if checker is not None:
             with contextlib.suppress(OSError):
                 checker.proc.kill()
@@ -345,6 +372,17 @@ class Job:
             logs = self.stop_runner()
             self.logs = self.logs or logs  # a vanished runner's were read already
         finally:
+            if self.spare is not None:  # started ahead, never used: it met nothing
+                box, chans = self.spare
+                self.spare = None
+                box.kill(grace=0.0)
+                for ch in chans:
+                    ch.sock.close()
+            while self.ahead:  # started ahead, never taken (the job ended first): no goodbyes
+                other = self.ahead.pop()
+                with contextlib.suppress(Exception):
+                    other.kill()
+                    other.close()
             if self.checker:
                 self.checker.close()
             shutil.rmtree(self.root, ignore_errors=True)
