@@ -395,11 +395,9 @@ def block_attention_fwd_kernel(
         n_full = (full_end // BLOCK_N) * BLOCK_N
         # Tiles starting after the last real row's last visible key are skipped entirely.
         hi = tl.maximum(tl.minimum(Tk, shift + row_end), n_full)
-        hi0 = tl.maximum(tl.minimum(Tk, shift + tl.minimum(m0 + ROWS, Tq)), n_full)  # first half
     else:
         n_full = (Tk // BLOCK_N) * BLOCK_N
         hi = Tk
-        hi0 = Tk
     q_pos0 = q_offset + offs_m0  # [ROWS] global query position
     q_pos1 = q_offset + offs_m1
 
@@ -441,8 +439,6 @@ def block_attention_fwd_kernel(
         LAZY,
         WARP_SPEC,
     )
-    # The masked tiles one half at a time, each up to its own last visible key: both halves'
-    # masked state at once spilled registers on the H200 (26 spills, causal slower than unsplit).
     acc_0, l_0, m_0, acc_1, l_1, m_1 = _attn_tiles(
         acc_0,
         l_0,
@@ -451,15 +447,15 @@ def block_attention_fwd_kernel(
         l_1,
         m_1,
         q0,
-        q0,
+        q1,
         K,
         V,
         b,
         hk,
         n_full,
-        hi0,
+        hi,
         q_pos0,
-        q_pos0,
+        q_pos1,
         k_offset,
         Tk,
         qk_scale,
@@ -477,49 +473,10 @@ def block_attention_fwd_kernel(
         USE_TMA,
         DOT_FP32,
         PRECISION,
-        False,
+        SPLIT,
         False,
         False,
     )
-    if SPLIT:
-        acc_1, l_1, m_1, acc_0, l_0, m_0 = _attn_tiles(
-            acc_1,
-            l_1,
-            m_1,
-            acc_0,
-            l_0,
-            m_0,
-            q1,
-            q1,
-            K,
-            V,
-            b,
-            hk,
-            n_full,
-            hi,
-            q_pos1,
-            q_pos1,
-            k_offset,
-            Tk,
-            qk_scale,
-            stride_kb,
-            stride_kt,
-            stride_kh,
-            stride_vb,
-            stride_vt,
-            stride_vh,
-            True,
-            CAUSAL,
-            HEAD_DIM,
-            BLOCK_N,
-            BLOCK_D,
-            USE_TMA,
-            DOT_FP32,
-            PRECISION,
-            False,
-            False,
-            False,
-        )
     _store_rows(
         acc_0,
         l_0,
