@@ -53,35 +53,43 @@ def test_block_attention_interpreter(case):
     assert_attention_close(out, lse, *ref)
 
 
-@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
-@pytest.mark.parametrize(("block_m", "block_n"), [(16, 32), (64, 16), (32, 64)])
-def test_tiles_and_load_paths_write_everything(use_tma, block_m, block_n):
-    """NaN-poisoned outputs: every element must be written, for each tile shape and load path."""
-    g = torch.Generator().manual_seed(block_m + block_n)
-    b, tq, tk, hq, hkv, d = 2, 83, 101, 4, 2, 32  # B=2: TMA rows past T read the next batch
+def _check_poisoned(
+    seed: int, tk: int, causal: bool, q_offset: int, k_offset: int, key_boost: float = 1.0, **launch
+) -> None:
+    """One launch of the kernel into NaN-poisoned buffers against the fp32 naive reference."""
+    g = torch.Generator().manual_seed(seed)
+    b, tq, hq, hkv, d = 2, 83, 4, 2, 32  # B=2: TMA rows past T read the next batch
     q = randn(b, tq, hq, d, dtype=torch.bfloat16, gen=g)
     k = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
     v = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
+    k[:, 70:90] *= key_boost
     out = torch.full_like(q, float("nan"))
     lse = torch.full((b, hq, tq), float("nan"))
     block_attention_triton(
         q,
         k,
         v,
-        causal=True,
-        q_offset=30,
-        k_offset=20,
+        causal=causal,
+        q_offset=q_offset,
+        k_offset=k_offset,
         scale=d**-0.5,
-        block_m=block_m,
-        block_n=block_n,
-        use_tma=use_tma,
         out=out,
         lse=lse,
+        **launch,
     )
     ref = block_attention_naive(
-        q.float(), k.float(), v.float(), causal=True, q_offset=30, k_offset=20
+        q.float(), k.float(), v.float(), causal=causal, q_offset=q_offset, k_offset=k_offset
     )
     assert_attention_close(out, lse, *ref)
+
+
+@pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
+@pytest.mark.parametrize(("block_m", "block_n"), [(16, 32), (64, 16), (32, 64)])
+def test_tiles_and_load_paths_write_everything(use_tma, block_m, block_n):
+    """NaN-poisoned outputs: every element must be written, for each tile shape and load path."""
+    _check_poisoned(
+        block_m + block_n, 101, True, 30, 20, block_m=block_m, block_n=block_n, use_tma=use_tma
+    )
 
 
 @pytest.mark.parametrize("use_tma", [False, True], ids=["ptr", "tma"])
@@ -90,38 +98,23 @@ def test_tiles_and_load_paths_write_everything(use_tma, block_m, block_n):
 )
 @pytest.mark.parametrize("causal", [True, False])
 def test_kernel_variants(use_tma, split, lazy, causal):
-    """The kernel's split and lazy-rescale variants, NaN-poisoned, with keys whose logits grow
-    far along the row: a late maximum 200+ binades above the first overflows fp32 unless the
-    lazy rescale fires."""
-    g = torch.Generator().manual_seed(11)
-    b, tq, tk, hq, hkv, d = 2, 83, 131, 4, 2, 32
-    q = randn(b, tq, hq, d, dtype=torch.bfloat16, gen=g)
-    k = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
-    v = randn(b, tk, hkv, d, dtype=torch.bfloat16, gen=g)
-    k[:, 70:90] *= 60
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full((b, hq, tq), float("nan"))
-    qo, ko = (60, 0) if causal else (0, 0)
-    block_attention_triton(
-        q,
-        k,
-        v,
-        causal=causal,
-        q_offset=qo,
-        k_offset=ko,
-        scale=d**-0.5,
+    """The kernel's split and lazy-rescale variants, with keys whose logits grow far along the
+    row: a late maximum 200+ binades above the first overflows fp32 unless the lazy rescale
+    fires."""
+    qo = 60 if causal else 0
+    _check_poisoned(
+        11,
+        131,
+        causal,
+        qo,
+        0,
+        key_boost=60.0,
         block_m=64,
         block_n=32,
         use_tma=use_tma,
         split=split,
         lazy=lazy,
-        out=out,
-        lse=lse,
     )
-    ref = block_attention_naive(
-        q.float(), k.float(), v.float(), causal=causal, q_offset=qo, k_offset=ko
-    )
-    assert_attention_close(out, lse, *ref)
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "stripe", "contiguous"])
