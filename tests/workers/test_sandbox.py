@@ -219,6 +219,9 @@ def test_reference_triton_cache_is_shared_only_with_trusted_runs(
         HONEST
         + f"""
 import os, pathlib
+# Triton's on-disk autotune cache goes with the shared cache only: elsewhere, fail the import.
+if os.environ.get("TRITON_CACHE_AUTOTUNING") != ("1" if os.environ["TRITON_CACHE_DIR"] == {str(cache)!r} else None):
+    raise RuntimeError("autotune cache setting does not match the Triton cache")
 WROTE = []
 for d in (os.environ["TRITON_CACHE_DIR"], {str(cache)!r}):
     try:

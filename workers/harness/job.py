@@ -249,6 +249,11 @@ class Job:
             "GLOO_SOCKET_IFNAME": "lo",
             "KINETO_LOG_LEVEL": "5",
         }
+        if self.trusted and shared_cache:
+            # ... and its autotuners' choices too (Triton's on-disk autotune cache): each reference
+            # run timed every config of every shape again, about 1 s a shape, and one choice kept
+            # for the worker's life also keeps the baseline the same kernel.
+            env["TRITON_CACHE_AUTOTUNING"] = "1"
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"  # Triton solutions run on CPU tensors (kernels spec §5)
         for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH"):
