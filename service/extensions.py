@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial, wraps
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from flask import Flask, Response, current_app, g, request
 from flask_smorest import Api
@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import load_models, make_engine
+from service.db.request import RequestSession
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -28,7 +29,8 @@ class Database:
 
     A small replacement for Flask-SQLAlchemy (not a dependency) with the same shape:
     ``db.init_app(app)``, then ``db.session`` inside a request; the session is closed (and any
-    uncommitted work rolled back) when the app context ends.
+    uncommitted work rolled back) when the app context ends. It is a ``RequestSession``: a Core
+    connection, with an ORM session on it only for requests that use the ORM.
     """
 
     EXT_KEY = "kgrade.db"
@@ -46,15 +48,17 @@ class Database:
 
     @property
     def session(self) -> Session:
-        sess: Session | None = g.get("_kgrade_session")
+        """The app context's session: a ``RequestSession`` (``service.db.request``), which
+        offers ``Session``'s interface and makes the ORM session only if it is used."""
+        sess: RequestSession | None = g.get("_kgrade_session")
         if sess is None:
-            sess = current_app.extensions[self.EXT_KEY][1]()
+            sess = RequestSession(*current_app.extensions[self.EXT_KEY])
             g._kgrade_session = sess
-        return sess
+        return cast(Session, sess)
 
     @staticmethod
     def _close(_exc: BaseException | None) -> None:
-        sess: Session | None = g.pop("_kgrade_session", None)
+        sess: RequestSession | None = g.pop("_kgrade_session", None)
         if sess is not None:
             sess.close()
 

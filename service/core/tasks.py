@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from service.db.request import orm_session
 from workers.queues import GRADED_TASK, QUEUE_LTI
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,9 @@ def after_commit(session: Session, send: Callable[[], None]) -> None:
     def _disarm(_session: Session) -> None:
         state["armed"] = False
 
-    event.listen(session, "after_commit", _send, once=True)
-    event.listen(session, "after_rollback", _disarm, once=True)
+    orm = orm_session(session)  # a request's session makes its ORM session for the events
+    event.listen(orm, "after_commit", _send, once=True)
+    event.listen(orm, "after_rollback", _disarm, once=True)
 
 
 def send_task(name: str, args: list[Any], queue: str, **options: Any) -> None:
