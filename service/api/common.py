@@ -24,7 +24,8 @@ document the view and nothing else: flask-smorest's own wrap it in a call layer 
 builds a new schema instance per request, and so on), about a sixth of a quiz answer's CPU.
 ``endpoint()`` then runs what they declared in its one layer: the body, query or headers
 through the same webargs parser (same errors: 422 naming the field, 400 for bad JSON) with one
-schema instance for the app's life, and the result through the response schema and the app's
+schema instance for the app's life (a plainly valid JSON body loaded by ``service.api.fastload``
+without marshmallow's per-field layers, to the same result), and the result through the response schema and the app's
 JSON provider as flask-smorest's ``response`` does. The OpenAPI document is flask-smorest's,
 from the same decorators.
 """
@@ -43,6 +44,7 @@ from flask_smorest import Blueprint as SmorestBlueprint
 from flask_smorest import abort
 from flask_smorest.utils import set_status_and_headers_in_response, unpack_tuple_response
 from marshmallow import Schema
+from marshmallow.utils import missing
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -52,6 +54,7 @@ from werkzeug.exceptions import HTTPException
 
 from service.api.errors import ErrorSchema
 from service.api.fastdump import compile_dump
+from service.api.fastload import Load, compile_load
 from service.auth import current_principal, requires
 from service.core.errors import ServiceError
 from service.db import write_intent
@@ -95,6 +98,8 @@ class _Arguments:
 
     schema: Schema
     location: str
+    #: a JSON body's load without marshmallow's layers where it is plainly valid (fastload)
+    fast: Load | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,8 @@ class Blueprint(SmorestBlueprint):
 
         def document(func: F) -> F:
             # the decorator nearest the view is applied first, its arguments come last
-            declared = (_Arguments(instance, location), *getattr(func, _ARGUMENTS, ()))
+            fast = compile_load(instance) if location == "json" else None
+            declared = (_Arguments(instance, location, fast), *getattr(func, _ARGUMENTS, ()))
             setattr(func, _ARGUMENTS, declared)
             return _documented(func, decorator)
 
@@ -325,7 +331,7 @@ def _view_call(func: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         for arguments in declared:
-            args = (*args, parser.parse(arguments.schema, location=arguments.location))
+            args = (*args, _parse(parser, arguments))
         try:
             result = func(*args, **kwargs)
         except ServiceError as exc:
@@ -347,6 +353,18 @@ def _view_call(func: Callable[..., Any]) -> Callable[..., Any]:
         return resp
 
     return wrapper
+
+
+def _parse(parser: KgradeParser, arguments: _Arguments) -> Any:
+    """What ``parser.parse`` returns for ``arguments``: a JSON body ``arguments.fast`` can load
+    skips webargs' and marshmallow's layers (the same result, service.api.fastload); anything
+    else, errors included, is webargs' own parse."""
+    if arguments.fast is not None:
+        body = parser.load_json(request, arguments.schema)  # a 400 for bad JSON, as in parse
+        loaded = arguments.fast({} if body is missing else body)  # no body: parse loads {}
+        if loaded is not None:
+            return loaded
+    return parser.parse(arguments.schema, location=arguments.location)
 
 
 def _request_hash() -> str:
