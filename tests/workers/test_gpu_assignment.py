@@ -113,3 +113,16 @@ def test_bad_gpu_view_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(GPU_VIEW_ENV, "everything")
     with pytest.raises(ValueError, match=GPU_VIEW_ENV):
         gpu_view()
+
+
+def test_job_env_gives_our_reference_a_worker_wide_triton_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from workers.harness.job import REF_TRITON_CACHE_ENV
+    from workers.tasks import job_env
+
+    monkeypatch.setenv("KGRADE_VAR_DIR", str(tmp_path))
+    monkeypatch.delenv(REF_TRITON_CACHE_ENV, raising=False)
+    assert job_env()[REF_TRITON_CACHE_ENV] == str(tmp_path / "ref-triton")
+    monkeypatch.setenv(REF_TRITON_CACHE_ENV, "/srv/cache")  # an operator's choice wins
+    assert job_env()[REF_TRITON_CACHE_ENV] == "/srv/cache"
