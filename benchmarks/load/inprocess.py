@@ -219,14 +219,13 @@ def main() -> None:
         return
     dbs = args.db or (["sqlite", "postgres"] if os.environ.get("KGRADE_TEST_DATABASE_URL") else [])
     dbs = dbs or ["sqlite"]
+    import run_load
+
     with contextlib.ExitStack() as stack:
         trees = [("now", ROOT)]
         if args.before:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kgrade-inproc-")))
-            tree = tmp / "before"
-            git = ["git", "-C", str(ROOT), "worktree"]
-            subprocess.run([*git, "add", "--detach", str(tree), args.before], check=True)
-            stack.callback(subprocess.run, [*git, "remove", "--force", str(tree)], check=False)
+            tree = stack.enter_context(run_load.worktree(args.before, tmp / "before"))
             trees.insert(0, (f"@{args.before}", tree))
         print(
             "| code | database | cheapest batch, ms CPU/request | median batch | "

@@ -82,6 +82,17 @@ def drop_postgres(url: str, name: str = LOAD_DB) -> None:
     _admin(url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@contextlib.contextmanager
+def worktree(ref: str, tree: Path) -> Iterator[Path]:
+    """The code at git ``ref`` checked out at ``tree`` (a detached worktree) for the block."""
+    git = ["git", "-C", str(ROOT), "worktree"]
+    subprocess.run([*git, "add", "--detach", str(tree), ref], check=True, capture_output=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], check=False)
+
+
 def prepare(url: str, students: int, tokens_file: Path) -> None:
     """Migrate, import the item bank, and give ``students`` students a token each."""
     from sqlalchemy.orm import Session
@@ -244,18 +255,8 @@ def main() -> None:
 
     rows = []
     if args.before:
-        tree = args.out / "before"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.before],
-            check=True,
-            capture_output=True,
-        )
-        try:
+        with worktree(args.before, args.out / "before") as tree:
             rows += [run_kgrade(db, args, tree, f" @{args.before}") for db in args.db]
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False
-            )
     rows += [run_kgrade(db, args) for db in args.db]
     bare = run_bare(args)
     rows.append(bare)

@@ -24,9 +24,10 @@ document the view and nothing else: flask-smorest's own wrap it in a call layer 
 builds a new schema instance per request, and so on), about a sixth of a quiz answer's CPU.
 ``endpoint()`` then runs what they declared in its one layer: the body, query or headers
 through the same webargs parser (same errors: 422 naming the field, 400 for bad JSON) with one
-schema instance for the app's life (a plainly valid JSON body loaded by ``service.api.fastload``
-without marshmallow's per-field layers, to the same result), and the result through the response schema and the app's
-JSON provider as flask-smorest's ``response`` does. The OpenAPI document is flask-smorest's,
+schema instance for the app's life (a plainly valid JSON body loaded by
+``service.api.fastload`` without marshmallow's per-field layers, to the same result), and the
+result through the response schema and the app's JSON provider as flask-smorest's ``response``
+does. The OpenAPI document is flask-smorest's,
 from the same decorators.
 """
 

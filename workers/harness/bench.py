@@ -70,12 +70,7 @@ def start_ahead(job: Job, reference: bool) -> None:
     exactly as if they had started then. Not taken (a test failed): ``Job.close`` kills them."""
     paired = reference and paired_baseline(job.world)
     cpus, threads = placement(job, paired)
-    tests_threads = job.threads
-    job.threads = threads  # the spare's thread pool, as start_runners would size it
-    try:
-        job.start_spare()
-    finally:
-        job.threads = tests_threads
+    job.start_spare(threads)  # its thread pool as start_runners sizes it
     if paired:
         ref = _reference_job(job, threads, cpus)
         job.ahead.append(ref)  # first: the job's close() ends it whatever happens next

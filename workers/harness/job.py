@@ -284,18 +284,19 @@ class Job:
         if self.killed:  # killed while it started
             self.kill()
 
-    def start_spare(self) -> None:
-        """A fresh runner started now and kept aside (it says hello, nothing more, until
-        ``use_spare`` makes it the job's runner): its start-up (Python, torch, the CUDA context)
-        then overlaps the tests phase. It never meets the submission before it is adopted."""
-        current = self.box, self.chans
-        self.box, self.chans = None, []
+    def start_spare(self, threads: int | None) -> None:
+        """A fresh runner with a thread pool of ``threads``, started now and kept aside (it says
+        hello, nothing more, until ``use_spare`` makes it the job's runner): its start-up
+        (Python, torch, the CUDA context) then overlaps the tests phase. It never meets the
+        submission before it is adopted."""
+        current = self.box, self.chans, self.threads
+        self.box, self.chans, self.threads = None, [], threads
         try:
             self.start_runner()
             assert self.box is not None
             self.spare = (self.box, self.chans)
         finally:
-            self.box, self.chans = current
+            self.box, self.chans, self.threads = current
 
     def use_spare(self) -> bool:
         """The runner started ahead becomes the job's (its old one stopped already)."""
