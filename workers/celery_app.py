@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +220,12 @@ celery = app  # `celery -A workers.celery_app` finds either name
 #: GPUs assigned to this worker (indices for nvidia-smi -i); the deploy sets one per worker.
 GPUS_ENV = "KGRADE_GPUS"
 MAX_GPU_TEMPERATURE_C = _int_env("KGRADE_MAX_GPU_TEMPERATURE_C", 85)
+#: How long a GPU process may stay listed before it counts as foreign. A runner killed while it
+#: was still creating its CUDA context (a spare started ahead, when the tests failed first) is
+#: gone from /proc at once, but the driver lists it ("[No data]") for a moment while it tears
+#: the context down: run 26 saw it 0.2 s after such a job, and the worker left its queue.
+GPU_SETTLE_S = float(_int_env("KGRADE_GPU_SETTLE_S", 15))
+GPU_SETTLE_POLL_S = 0.25
 
 
 def _nvidia_smi(args: list[str]) -> list[str]:
@@ -240,7 +247,7 @@ def gpu_health() -> str | None:
     GPUs is foreign and would skew timings (spec section 5), and a hot GPU throttles.
     """
     try:
-        apps = _nvidia_smi(["--query-compute-apps=pid,process_name", "--format=csv,noheader"])
+        apps = _gpu_processes()
         if apps:
             return f"foreign GPU process(es): {'; '.join(apps)[:300]}"
         temps = _nvidia_smi(["--query-gpu=index,temperature.gpu", "--format=csv,noheader,nounits"])
@@ -254,6 +261,18 @@ def gpu_health() -> str | None:
         except ValueError:
             continue  # "[N/A]" on some boards: not a reason to refuse work
     return None
+
+
+def _gpu_processes() -> list[str]:
+    """The compute processes on our GPUs that outlast ``GPU_SETTLE_S``: our own last job's end
+    once, and nothing from a true foreign process, which stays."""
+    end = time.monotonic() + GPU_SETTLE_S
+    query = ["--query-compute-apps=pid,process_name", "--format=csv,noheader"]
+    apps = _nvidia_smi(query)
+    while apps and time.monotonic() < end:
+        time.sleep(GPU_SETTLE_POLL_S)
+        apps = _nvidia_smi(query)
+    return apps
 
 
 def health_check(device: str) -> str | None:

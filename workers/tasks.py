@@ -423,7 +423,13 @@ def _grade(task: Any, sub: Any, attempt: int, runs: int) -> dict[str, Any]:
     if result.get("verdict") == "INFRA_ERROR" and runs < MAX_RUNS:
         # The core's own infrastructure verdict (say, no room for the job's folder): another
         # delivery, maybe on another worker, may succeed.
-        log.error("submission %s attempt %s: INFRA_ERROR from the grader", sub.id, attempt)
+        # The retry replaces the result, so this line is where the grader's reason is kept.
+        log.error(
+            "submission %s attempt %s: INFRA_ERROR from the grader: %s",
+            sub.id,
+            attempt,
+            str(result.get("output", ""))[:2000],
+        )
         raise task.retry(countdown=5, max_retries=_max_retries())
     return result
 

@@ -87,6 +87,8 @@ def test_health_gate_refuses_foreign_process_and_heat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(ca, "GPU_SETTLE_S", 0.3)
+    monkeypatch.setattr(ca, "GPU_SETTLE_POLL_S", 0.05)
     _fake_nvidia_smi(tmp_path, "4242, python\\n", "0, 41\\n")
     assert "foreign GPU process" in (ca.health_check("cuda") or "")
     _fake_nvidia_smi(tmp_path, "", "0, 97\\n")
@@ -109,3 +111,31 @@ def test_celery_side_never_imports_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_health_gate_waits_for_a_killed_jobs_context_to_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run 26: a spare runner killed mid CUDA start-up stayed listed ("[No data]") for a moment
+    # after its job; the gate took it for a foreign process and the worker left its queue.
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(ca, "GPU_SETTLE_POLL_S", 0.01)
+    log = tmp_path / "calls.log"
+    script = tmp_path / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {log}\n'
+        'case "$*" in\n'
+        f'  *query-compute-apps*) [ "$(grep -c compute-apps {log})" -le 3 ] && '
+        "printf '5499, [No data]\\n' ;;\n"
+        "  *query-gpu*) printf '0, 41\\n' ;;\n"
+        "esac\n"
+        "exit 0\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(ca, "GPU_SETTLE_S", 30.0)
+    assert ca.health_check("cuda") is None
+    assert log.read_text().count("compute-apps") == 4  # listed 3 times, then gone
+    log.unlink()
+    monkeypatch.setattr(ca, "GPU_SETTLE_S", 0.0)  # no settle time: the first listing counts
+    assert "5499" in (ca.health_check("cuda") or "")

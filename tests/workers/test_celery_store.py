@@ -168,3 +168,16 @@ def test_canary_requeues_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv(tasks.CANARY_REQUEUES_ENV, bad)
         with pytest.raises(ValueError, match=tasks.CANARY_REQUEUES_ENV):
             tasks.canary_requeues()
+
+
+def test_an_infra_error_is_retried_with_its_reason_logged(
+    store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The retry's result replaces the first one, so the log is where an operator finds why.
+    results = iter([{**_result("INFRA_ERROR", None), "output": "reference failed: boom"}])
+    monkeypatch.setattr(tasks, "run_job", lambda *_a, **_k: next(results, _result()))
+    sid = _add(store)
+    with caplog.at_level("ERROR", logger=tasks.log.name):
+        out = tasks.grade_submission.apply(args=[sid]).get()
+    assert out == {"submission_id": sid, "attempt": 2, "verdict": "PASS"}
+    assert any("reference failed: boom" in r.getMessage() for r in caplog.records)
