@@ -8,6 +8,10 @@
 #   benchmarks/detach.sh wait DIR SECONDS
 #       wait up to SECONDS for DIR/rc, copy DIR's files to $OUT (when set), print the log's tail;
 #       exits with the command's status, or 124 while it still runs
+# Each device call copies the working tree afresh, so a detached command's working directory is
+# deleted under it by the next call (run 26: a script's second step, a relative path, was not
+# found). Files keep their paths and contents; a command of several steps should name them by
+# absolute path (say "$ROOT/benchmarks/...") instead of relying on its working directory.
 set -uo pipefail
 verb=${1:?start|wait}
 dir=${2:?DIR}
