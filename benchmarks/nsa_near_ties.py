@@ -1,0 +1,147 @@
+"""How often NSA's top-n block choice is a near tie, and what scoring on k̃'s bf16 part alone
+would get wrong (issue 19: the "exact arithmetic only near ties" idea, measured before anyone
+builds it).
+
+Our forward scores the compressed keys k̃ as two bf16 parts (hi + lo), so that its top-n
+matches an fp32 reference on at least 99.95 % of rows. Dropping the lo part would save about a
+third of the compressed branch's second pass, but only pays if the rows whose choice it could
+change are few enough to re-score exactly afterwards (under about 0.5 %). This script computes,
+for random inputs of the paper configuration (as ``bench_nsa.py``), each row's block scores
+twice: in fp64 from fp32 k̃ (the truth) and in fp32 from bf16 k̃ (hi only), and prints
+
+- the rows whose top-n (forced blocks aside) differs between the two: what hi-only would get
+  wrong without a re-score;
+- the largest score error of hi-only, relative to the row's n-th score (the bound a re-score
+  test would use), and the share of rows whose gap between the n-th and (n+1)-th exact score is
+  under 1, 2 and 4 times it: what a sound flag would send to the exact path.
+
+    .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 2048 4096
+    python benchmarks/nsa_near_ties.py --seqs 16384 65536          # on the GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import commit  # noqa: E402
+from kernels.nsa.config import NSAConfig, omega_matrix  # noqa: E402
+from kernels.nsa.naive import compress_mean  # noqa: E402
+
+
+def row_scores(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    rows: torch.Tensor,
+    cfg: NSAConfig,
+    ts: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions), forced blocks +inf and
+    ineligible ones -inf; q [T, Hq, D] bf16, kc [Tc, Hkv, D] (fp32 or bf16-rounded)."""
+    hq, d = q.shape[1], q.shape[2]
+    hkv, tc = kc.shape[1], kc.shape[0]
+    g = hq // hkv
+    scale = cfg.scale if cfg.scale is not None else d**-0.5
+    qr = q[rows].to(dtype).permute(1, 0, 2)  # [Hq, R, D]
+    kk = kc.to(dtype).repeat_interleave(g, dim=1).permute(1, 2, 0)  # [Hq, D, Tc]
+    logits = scale * torch.bmm(qr, kk)  # [Hq, R, Tc]
+    i = torch.arange(tc, device=q.device)
+    visible = (i[None, :] * cfg.cmp_stride + cfg.cmp_block - 1) <= rows[:, None]  # [R, Tc]
+    p = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
+    s = (p @ omega_matrix(tc, ts, cfg).to(q.device, dtype)).view(hkv, g, len(rows), ts).sum(1)
+    s = s.permute(1, 0, 2)  # [R, Hkv, Ts]
+    j = torch.arange(ts, device=q.device)[None, :]
+    current = (rows // cfg.sel_block)[:, None]
+    eligible = j <= current
+    forced = eligible & ((j < cfg.sel_init) | (j > current - cfg.sel_local))
+    s = s.masked_fill(forced[:, None, :], math.inf)
+    return s.masked_fill(~eligible[:, None, :], -math.inf)
+
+
+def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, float]:
+    dev = torch.device(args.device)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    q = torch.randn(seq, args.hq, args.dim, generator=gen).to(dev, torch.bfloat16)
+    k = torch.randn(seq, args.hkv, args.dim, generator=gen).to(dev, torch.bfloat16)
+    kc = compress_mean(k[None], cfg)[0]  # [Tc, Hkv, D] fp32
+    kc_hi = kc.to(torch.bfloat16).float()
+    ts = -(-seq // cfg.sel_block)
+    n = cfg.sel_count
+    decided = differ = 0
+    near = {1: 0, 2: 0, 4: 0}
+    worst = 0.0
+    gaps: list[torch.Tensor] = []
+    errs: list[torch.Tensor] = []
+    # rows with more eligible blocks than slots: the only ones whose choice is a decision
+    first = (n) * cfg.sel_block
+    for start in range(first, seq, args.chunk):
+        rows = torch.arange(start, min(seq, start + args.chunk), device=dev)
+        exact = row_scores(q, kc, rows, cfg, ts, torch.float64)
+        hi = row_scores(q, kc_hi, rows, cfg, ts, torch.float32).double()
+        top_e = exact.topk(n, dim=-1)
+        top_h = hi.topk(n, dim=-1).indices.sort(dim=-1).values
+        differ += int((top_e.indices.sort(dim=-1).values != top_h).any(-1).sum())
+        decided += exact.shape[0] * exact.shape[1]
+        nth = top_e.values[..., -1]  # [R, Hkv] the n-th exact score (finite: a free slot)
+        nxt = exact.masked_fill(exact >= nth[..., None], -math.inf).amax(-1)
+        gap = (nth - nxt) / nth.abs()
+        finite = torch.isfinite(exact)
+        err = ((hi - exact).abs().masked_fill(~finite, 0.0).amax(-1)) / nth.abs()
+        gaps.append(gap.flatten().cpu())
+        errs.append(err.flatten().cpu())
+        worst = max(worst, float(err.max()))
+    gap_all, err_all = torch.cat(gaps), torch.cat(errs)
+    for m in near:
+        near[m] = int((gap_all < m * worst).sum())
+    return {
+        "seq": seq,
+        "rows": decided,
+        "differ": differ,
+        "worst_err": worst,
+        "p999_err": float(err_all.quantile(0.999)) if err_all.numel() < 2**24 else float("nan"),
+        "gap_p01": float(gap_all.quantile(0.01)) if gap_all.numel() < 2**24 else float("nan"),
+        **{f"near{m}": near[m] for m in near},
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
+    ap.add_argument("--hq", type=int, default=64)
+    ap.add_argument("--hkv", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--chunk", type=int, default=1024, help="query rows scored at once")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: pass --device cpu (small --seqs)")
+    cfg = NSAConfig()
+    print(
+        f"# nsa_near_ties.py, commit {commit()}, {args.device}, Hq {args.hq} / Hkv {args.hkv} / "
+        f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}"
+    )
+    print(
+        "| T | rows x KV heads decided | hi-only top-n differs | worst hi-only error "
+        "(of the n-th score) | 99.9th pct | exact gap, 1st pct | gap < 1x / 2x / 4x worst |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for seq in args.seqs:
+        r = measure(seq, args, cfg)
+        pct = [100.0 * r[f"near{m}"] / r["rows"] for m in (1, 2, 4)]
+        print(
+            f"| {seq} | {r['rows']} | {r['differ']} ({100.0 * r['differ'] / r['rows']:.3f} %) "
+            f"| {r['worst_err']:.2e} | {r['p999_err']:.2e} | {r['gap_p01']:.2e} "
+            f"| {pct[0]:.2f} / {pct[1]:.2f} / {pct[2]:.2f} % |"
+        )
+
+
+if __name__ == "__main__":
+    main()
