@@ -76,6 +76,28 @@ VERDICTS = Counter(
 )
 
 
+HEALTH_GATE_FAILURES = Counter(
+    "kgrade_health_gate_failures",
+    "Jobs refused by a worker's health gate, after which it stopped consuming the queue, by "
+    "queue and reason (foreign_process, temperature, probe_failed, other). Alert on any.",
+    ["queue", "reason"],
+)
+
+
+def record_health_gate_failure(queue: str, reason: str) -> None:
+    """Count one gate failure; ``reason`` is the gate's sentence, reduced to a fixed word so
+    that process ids and temperatures cannot multiply the series."""
+    if reason.startswith("foreign GPU process"):
+        kind = "foreign_process"
+    elif reason.startswith("GPU health probe failed"):
+        kind = "probe_failed"
+    elif reason.startswith("GPU ") and reason.endswith(" C"):
+        kind = "temperature"
+    else:
+        kind = "other"
+    HEALTH_GATE_FAILURES.labels(queue, kind).inc()
+
+
 def record_grading(exercise: str, queue: str, result: dict[str, Any], seconds: float) -> None:
     """Count one grading attempt: its duration, its phases and (``final``) its verdict."""
     GRADING_SECONDS.labels(exercise, queue).observe(seconds)

@@ -493,6 +493,7 @@ def _waiting_message_ids() -> set[str] | None:
 def _stop_consuming(task: Any, queue: str, reason: str) -> None:
     """Take this worker off ``queue`` until an operator looks (spec section 7: cancel_consumer)."""
     log.error("health gate failed on %s for queue %s: %s", task.request.hostname, queue, reason)
+    metrics.record_health_gate_failure(queue, reason)
     try:
         app.control.cancel_consumer(queue, destination=[task.request.hostname])
     except Exception:  # noqa: BLE001 - best effort; the requeue below still happens

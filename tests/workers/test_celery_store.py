@@ -181,3 +181,51 @@ def test_an_infra_error_is_retried_with_its_reason_logged(
         out = tasks.grade_submission.apply(args=[sid]).get()
     assert out == {"submission_id": sid, "attempt": 2, "verdict": "PASS"}
     assert any("reference failed: boom" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_health_gate_requeues_uncharged_and_is_counted(
+    store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run 26: a worker that leaves its queue must be seen; the count is what an alert reads.
+    from workers import metrics
+
+    why = "foreign GPU process(es): 5499, [No data]"
+    from workers import celery_app
+
+    # the task_prerun gate (celery_app) and the task's own fallback for eager calls (tasks)
+    monkeypatch.setattr(celery_app, "health_check", lambda _device: why)
+    monkeypatch.setattr(tasks, "health_check", lambda _device: why)
+    cancelled: list[tuple[str, list[str]]] = []
+    monkeypatch.setattr(
+        tasks.app.control,
+        "cancel_consumer",
+        lambda q, destination: cancelled.append((q, destination)),
+    )
+    monkeypatch.setattr(tasks, "run_job", lambda *_a, **_k: pytest.fail("graded on a bad GPU"))
+    counter = metrics.HEALTH_GATE_FAILURES.labels("cpu", "foreign_process")
+    before = counter._value.get()
+    sid = _add(store)
+    result = tasks.grade_submission.apply(args=[sid])
+    assert "health gate" in str(result.result)
+    assert [q for q, _ in cancelled] == ["cpu"]
+    assert counter._value.get() == before + 1
+    sub = store.get(sid)
+    assert sub is not None and sub.status == st.QUEUED and sub.attempts == 0
+
+
+@pytest.mark.parametrize(
+    ("why", "kind"),
+    [
+        ("foreign GPU process(es): 42, python", "foreign_process"),
+        ("GPU 1 at 97 C", "temperature"),
+        ("GPU health probe failed: nvidia-smi not found", "probe_failed"),
+        ("something new", "other"),
+    ],
+)
+def test_health_gate_failures_are_counted_by_kind(why: str, kind: str) -> None:
+    from workers import metrics
+
+    counter = metrics.HEALTH_GATE_FAILURES.labels("gpu", kind)
+    before = counter._value.get()
+    metrics.record_health_gate_failure("gpu", why)
+    assert counter._value.get() == before + 1
