@@ -8,8 +8,11 @@ For each database it builds a fresh one (migrated, item bank imported, students 
 starts the API with ``kgrade serve``'s own gunicorn command line (same config, worker class,
 workers and threads), drives it with headless Locust (``locustfile.py``: start, 8 answers,
 submit), then does the same against ``bare_app.py`` under the same gunicorn command, and prints
-one table: requests/s, attempts/s, p50/p95/p99 and failures, and kgrade's share of the bare
-app's rate. Client and server share this machine, as they did when the issue was measured.
+one table: requests/s, attempts/s, p50/p95/p99 and failures, kgrade's share of the bare
+app's rate, and the machine's idle and stolen CPU during each measured run (a run with much
+idle was not saturated; steal is a busy neighbour on a VM). Client and server share this
+machine, as they did when the issue was measured. ``--rounds N`` measures every target N times
+in turn and ends with each one's median round: single runs minutes apart moved by 15 % here.
 
 PostgreSQL: ``--postgres-url`` (default: ``$KGRADE_TEST_DATABASE_URL``, what ``make services``
 starts); the run creates and drops its own database ``kgrade_load`` on that server.
@@ -49,6 +52,35 @@ class Row:
     p99: float
     requests: int
     failures: int
+    idle: float = float("nan")  # share of the machine's CPU idle during the measured run
+    steal: float = float("nan")  # share taken by the host (a busy neighbour on a VM)
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU counters from ``/proc/stat`` (user ... steal), or [] elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return []
+
+
+def shares(before: list[int], after: list[int]) -> tuple[float, float]:
+    """Idle (idle + iowait) and steal shares of the CPU time between two ``cpu_times``."""
+    if len(before) < 8 or len(after) < 8:
+        return float("nan"), float("nan")
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d) or 1
+    return (d[3] + d[4]) / total, d[7] / total
+
+
+def median_rows(rounds: list[list[Row]]) -> list[Row]:
+    """Per target, the round with the median rate (a real run's row, its latencies with it)."""
+    out = []
+    for runs in zip(*rounds, strict=True):
+        ranked = sorted(runs, key=lambda r: r.rps)
+        out.append(ranked[(len(ranked) - 1) // 2])
+    return out
 
 
 def free_port() -> int:
@@ -165,7 +197,9 @@ def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) 
 
     # a warm-up first (caches, connection pools, lazy imports), not counted
     subprocess.run(cmd(args.warmup, f"{prefix}-warmup"), env=env, cwd=ROOT, capture_output=True)
+    t0 = cpu_times()
     out = subprocess.run(cmd(args.seconds, str(prefix)), env=env, cwd=ROOT, capture_output=True)
+    idle, steal = shares(t0, cpu_times())
     (args.out / f"{name}-locust.log").write_bytes(out.stdout + out.stderr)
     with open(f"{prefix}_stats.csv") as f:
         rows = {r["Name"]: r for r in csv.DictReader(f)}
@@ -179,6 +213,8 @@ def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) 
         p99=float(agg["99%"]),
         requests=int(agg["Request Count"]),
         failures=int(agg["Failure Count"]),
+        idle=idle,
+        steal=steal,
     )
 
 
@@ -237,6 +273,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=None, help="folder for CSVs and logs")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every target this many times, in turn, and end with each one's median round",
+    )
+    p.add_argument(
         "--before",
         metavar="REF",
         help="also measure kgrade at git REF (a worktree), in the same run, for before/after",
@@ -253,26 +295,42 @@ def main() -> None:
     args.out = args.out or Path(tempfile.mkdtemp(prefix="kgrade-load-"))
     args.out.mkdir(parents=True, exist_ok=True)
 
-    rows = []
-    if args.before:
-        with worktree(args.before, args.out / "before") as tree:
-            rows += [run_kgrade(db, args, tree, f" @{args.before}") for db in args.db]
-    rows += [run_kgrade(db, args) for db in args.db]
-    bare = run_bare(args)
-    rows.append(bare)
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
+    rounds = []
+    for n in range(args.rounds):
+        rows = []
+        if args.before:
+            with worktree(args.before, args.out / "before") as tree:
+                rows += [run_kgrade(db, args, tree, f" @{args.before}") for db in args.db]
+        rows += [run_kgrade(db, args) for db in args.db]
+        rows.append(run_bare(args))
+        rounds.append(rows)
+        if args.rounds > 1:
+            print_table(rows, args, f"round {n + 1} of {args.rounds}")
+    if args.rounds > 1:
+        print_table(median_rows(rounds), args, f"median of {args.rounds} rounds, per target")
+    else:
+        print_table(rounds[0], args, "")
+
+
+def print_table(rows: list[Row], args: argparse.Namespace, title: str) -> None:
+    bare = rows[-1]
     print(
-        f"\n{args.users} users, {args.seconds} s each, gunicorn {args.workers} workers x "
-        f"{args.threads} threads, {os.cpu_count()} CPUs (client included); logs in {args.out}\n"
+        f"\n{title + ': ' if title else ''}{args.users} users, {args.seconds} s each, gunicorn "
+        f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs (client "
+        f"included); logs in {args.out}\n"
     )
     print(
         "| target | requests/s | attempts/s | p50 ms | p95 ms | p99 ms | requests | failures "
-        "| of bare Flask |"
+        "| of bare Flask | CPU idle / steal |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r.target} | {r.rps:.0f} | {r.attempts_s:.1f} | {r.p50:.0f} | {r.p95:.0f} | "
-            f"{r.p99:.0f} | {r.requests} | {r.failures} | {r.rps / bare.rps:.2f} |"
+            f"{r.p99:.0f} | {r.requests} | {r.failures} | {r.rps / bare.rps:.2f} | "
+            f"{100 * r.idle:.0f} / {100 * r.steal:.1f} % |"
         )
 
 
