@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import commit  # noqa: E402
-from kernels.nsa.config import NSAConfig, omega_matrix  # noqa: E402
-from kernels.nsa.naive import compress_mean  # noqa: E402
+from kernels.nsa.config import NSAConfig  # noqa: E402
+from kernels.nsa.naive import _masked_softmax, block_scores, compress_mean  # noqa: E402
 
 
 def row_scores(
@@ -40,29 +40,21 @@ def row_scores(
     kc: torch.Tensor,
     rows: torch.Tensor,
     cfg: NSAConfig,
-    ts: int,
+    seq: int,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions), forced blocks +inf and
-    ineligible ones -inf; q [T, Hq, D] bf16, kc [Tc, Hkv, D] (fp32 or bf16-rounded)."""
+    """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions) as the naive reference
+    makes them (forced blocks +inf, ineligible -inf), in ``dtype``; q [T, Hq, D] bf16, kc
+    [Tc, Hkv, D] (fp32 or bf16-rounded)."""
     hq, d = q.shape[1], q.shape[2]
     hkv, tc = kc.shape[1], kc.shape[0]
-    g = hq // hkv
     scale = cfg.scale if cfg.scale is not None else d**-0.5
     qr = q[rows].to(dtype).permute(1, 0, 2)  # [Hq, R, D]
-    kk = kc.to(dtype).repeat_interleave(g, dim=1).permute(1, 2, 0)  # [Hq, D, Tc]
-    logits = scale * torch.bmm(qr, kk)  # [Hq, R, Tc]
+    kk = kc.to(dtype).repeat_interleave(hq // hkv, dim=1).permute(1, 2, 0)  # [Hq, D, Tc]
     i = torch.arange(tc, device=q.device)
     visible = (i[None, :] * cfg.cmp_stride + cfg.cmp_block - 1) <= rows[:, None]  # [R, Tc]
-    p = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1).nan_to_num(0.0)
-    s = (p @ omega_matrix(tc, ts, cfg).to(q.device, dtype)).view(hkv, g, len(rows), ts).sum(1)
-    s = s.permute(1, 0, 2)  # [R, Hkv, Ts]
-    j = torch.arange(ts, device=q.device)[None, :]
-    current = (rows // cfg.sel_block)[:, None]
-    eligible = j <= current
-    forced = eligible & ((j < cfg.sel_init) | (j > current - cfg.sel_local))
-    s = s.masked_fill(forced[:, None, :], math.inf)
-    return s.masked_fill(~eligible[:, None, :], -math.inf)
+    p, _ = _masked_softmax(scale * torch.bmm(qr, kk), visible)  # [Hq, R, Tc]
+    return block_scores(p[None], seq, hkv, cfg, pos=rows)[0]  # [R, Hkv, Ts]
 
 
 def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, float]:
@@ -72,7 +64,6 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     k = torch.randn(seq, args.hkv, args.dim, generator=gen).to(dev, torch.bfloat16)
     kc = compress_mean(k[None], cfg)[0]  # [Tc, Hkv, D] fp32
     kc_hi = kc.to(torch.bfloat16).float()
-    ts = -(-seq // cfg.sel_block)
     n = cfg.sel_count
     decided = differ = 0
     near = {1: 0, 2: 0, 4: 0}
@@ -80,11 +71,11 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     gaps: list[torch.Tensor] = []
     errs: list[torch.Tensor] = []
     # rows with more eligible blocks than slots: the only ones whose choice is a decision
-    first = (n) * cfg.sel_block
+    first = n * cfg.sel_block
     for start in range(first, seq, args.chunk):
         rows = torch.arange(start, min(seq, start + args.chunk), device=dev)
-        exact = row_scores(q, kc, rows, cfg, ts, torch.float64)
-        hi = row_scores(q, kc_hi, rows, cfg, ts, torch.float32).double()
+        exact = row_scores(q, kc, rows, cfg, seq, torch.float64)
+        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32).double()
         top_e = exact.topk(n, dim=-1)
         top_h = hi.topk(n, dim=-1).indices.sort(dim=-1).values
         differ += int((top_e.indices.sort(dim=-1).values != top_h).any(-1).sum())

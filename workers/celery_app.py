@@ -240,6 +240,23 @@ def _nvidia_smi(args: list[str]) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
+#: How each of the gate's sentences begins; ``unhealthy_kind`` reads them back for the metric.
+FOREIGN_PROCESS = "foreign GPU process(es)"
+PROBE_FAILED = "GPU health probe failed"
+HOT_GPU = "GPU "  # "GPU <index> at <temperature> C"
+
+
+def unhealthy_kind(reason: str) -> str:
+    """The gate's sentence as one fixed word (no process ids or temperatures in a label)."""
+    if reason.startswith(FOREIGN_PROCESS):
+        return "foreign_process"
+    if reason.startswith(PROBE_FAILED):
+        return "probe_failed"
+    if reason.startswith(HOT_GPU) and reason.endswith(" C"):
+        return "temperature"
+    return "other"
+
+
 def gpu_health() -> str | None:
     """Why this worker's GPUs must not take a job now, or None when they may.
 
@@ -249,15 +266,15 @@ def gpu_health() -> str | None:
     try:
         apps = _gpu_processes()
         if apps:
-            return f"foreign GPU process(es): {'; '.join(apps)[:300]}"
+            return f"{FOREIGN_PROCESS}: {'; '.join(apps)[:300]}"
         temps = _nvidia_smi(["--query-gpu=index,temperature.gpu", "--format=csv,noheader,nounits"])
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        return f"GPU health probe failed: {exc}"
+        return f"{PROBE_FAILED}: {exc}"
     for line in temps:
         index, _, temp = line.partition(",")
         try:
             if int(temp.strip()) > MAX_GPU_TEMPERATURE_C:
-                return f"GPU {index.strip()} at {temp.strip()} C"
+                return f"{HOT_GPU}{index.strip()} at {temp.strip()} C"
         except ValueError:
             continue  # "[N/A]" on some boards: not a reason to refuse work
     return None

@@ -84,17 +84,8 @@ HEALTH_GATE_FAILURES = Counter(
 )
 
 
-def record_health_gate_failure(queue: str, reason: str) -> None:
-    """Count one gate failure; ``reason`` is the gate's sentence, reduced to a fixed word so
-    that process ids and temperatures cannot multiply the series."""
-    if reason.startswith("foreign GPU process"):
-        kind = "foreign_process"
-    elif reason.startswith("GPU health probe failed"):
-        kind = "probe_failed"
-    elif reason.startswith("GPU ") and reason.endswith(" C"):
-        kind = "temperature"
-    else:
-        kind = "other"
+def record_health_gate_failure(queue: str, kind: str) -> None:
+    """Count one gate failure by ``kind`` (``workers.celery_app.unhealthy_kind``)."""
     HEALTH_GATE_FAILURES.labels(queue, kind).inc()
 
 

@@ -54,6 +54,7 @@ from workers.celery_app import (
     app,
     device_for_queue,
     health_check,
+    unhealthy_kind,
     var_dir,
 )
 from workers.harness.job import REF_TRITON_CACHE_ENV
@@ -493,7 +494,7 @@ def _waiting_message_ids() -> set[str] | None:
 def _stop_consuming(task: Any, queue: str, reason: str) -> None:
     """Take this worker off ``queue`` until an operator looks (spec section 7: cancel_consumer)."""
     log.error("health gate failed on %s for queue %s: %s", task.request.hostname, queue, reason)
-    metrics.record_health_gate_failure(queue, reason)
+    metrics.record_health_gate_failure(queue, unhealthy_kind(reason))
     try:
         app.control.cancel_consumer(queue, destination=[task.request.hostname])
     except Exception:  # noqa: BLE001 - best effort; the requeue below still happens

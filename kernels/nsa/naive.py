@@ -53,14 +53,24 @@ def select_blocks(scores: torch.Tensor, pos: torch.Tensor, cfg: NSAConfig) -> to
     return top.to(torch.int32)
 
 
-def block_scores(p_cmp: torch.Tensor, seq_len: int, hkv: int, cfg: NSAConfig) -> torch.Tensor:
-    """s [B, T, Hkv, Ts] from p_cmp [B, Hq, T, Tc]: ω transform, sum over the group, forcing."""
+def block_scores(
+    p_cmp: torch.Tensor,
+    seq_len: int,
+    hkv: int,
+    cfg: NSAConfig,
+    pos: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """s [B, T, Hkv, Ts] from p_cmp [B, Hq, T, Tc]: ω transform, sum over the group, forcing.
+
+    ``pos`` [T]: the rows' query positions when they are not 0..T-1 (a chunk of a sequence)."""
     b, hq, t, tc = p_cmp.shape
     ts = -(-seq_len // cfg.sel_block)
-    omega = omega_matrix(tc, ts, cfg).to(p_cmp.device)  # [Tc, Ts]
+    omega = omega_matrix(tc, ts, cfg).to(p_cmp.device, p_cmp.dtype)  # [Tc, Ts]
     per_head = p_cmp.detach() @ omega  # [B, Hq, T, Ts]
     s = per_head.view(b, hkv, hq // hkv, t, ts).sum(dim=2)  # [B, Hkv, T, Ts]
-    pos = torch.arange(t, device=p_cmp.device)[:, None]
+    if pos is None:
+        pos = torch.arange(t, device=p_cmp.device)
+    pos = pos[:, None]
     j = torch.arange(ts, device=p_cmp.device)[None, :]
     current = pos // cfg.sel_block
     eligible = j <= current  # [T, Ts]

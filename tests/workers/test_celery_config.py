@@ -56,16 +56,22 @@ def test_queue_routing_by_hardware() -> None:
     assert ca.device_for_queue("cpu") == "cpu"
 
 
-def _fake_nvidia_smi(bin_dir: Path, apps: str, temp: str) -> Path:
+def _fake_nvidia_smi(bin_dir: Path, apps: str, temp: str, listed_for: int | None = None) -> Path:
+    """An ``nvidia-smi`` that logs its calls and lists ``apps`` (for its first ``listed_for``
+    process queries only, when given) and ``temp``."""
     log = bin_dir / "calls.log"
     script = bin_dir / "nvidia-smi"
+    until = (
+        "" if listed_for is None else f'[ "$(grep -c compute-apps {log})" -le {listed_for} ] && '
+    )
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$@" >> {log}\n'
         'case "$*" in\n'
-        f"  *query-compute-apps*) printf '{apps}' ;;\n"
+        f"  *query-compute-apps*) {until}printf '{apps}' ;;\n"
         f"  *query-gpu*) printf '{temp}' ;;\n"
         "esac\n"
+        "exit 0\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return log
@@ -120,19 +126,7 @@ def test_health_gate_waits_for_a_killed_jobs_context_to_go(
     # after its job; the gate took it for a foreign process and the worker left its queue.
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(ca, "GPU_SETTLE_POLL_S", 0.01)
-    log = tmp_path / "calls.log"
-    script = tmp_path / "nvidia-smi"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> {log}\n'
-        'case "$*" in\n'
-        f'  *query-compute-apps*) [ "$(grep -c compute-apps {log})" -le 3 ] && '
-        "printf '5499, [No data]\\n' ;;\n"
-        "  *query-gpu*) printf '0, 41\\n' ;;\n"
-        "esac\n"
-        "exit 0\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    log = _fake_nvidia_smi(tmp_path, "5499, [No data]\\n", "0, 41\\n", listed_for=3)
     monkeypatch.setattr(ca, "GPU_SETTLE_S", 30.0)
     assert ca.health_check("cuda") is None
     assert log.read_text().count("compute-apps") == 4  # listed 3 times, then gone

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.workers.conftest import add_queued_submission
+from workers import celery_app, metrics, tasks
 from workers import store as st
-from workers import tasks
 
 
 def _result(verdict: str = "PASS", speedup: float | None = 1.5) -> dict[str, Any]:
@@ -187,11 +187,7 @@ def test_a_failed_health_gate_requeues_uncharged_and_is_counted(
     store: st.SubmissionStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Run 26: a worker that leaves its queue must be seen; the count is what an alert reads.
-    from workers import metrics
-
     why = "foreign GPU process(es): 5499, [No data]"
-    from workers import celery_app
-
     # the task_prerun gate (celery_app) and the task's own fallback for eager calls (tasks)
     monkeypatch.setattr(celery_app, "health_check", lambda _device: why)
     monkeypatch.setattr(tasks, "health_check", lambda _device: why)
@@ -223,9 +219,7 @@ def test_a_failed_health_gate_requeues_uncharged_and_is_counted(
     ],
 )
 def test_health_gate_failures_are_counted_by_kind(why: str, kind: str) -> None:
-    from workers import metrics
-
     counter = metrics.HEALTH_GATE_FAILURES.labels("gpu", kind)
     before = counter._value.get()
-    metrics.record_health_gate_failure("gpu", why)
+    metrics.record_health_gate_failure("gpu", celery_app.unhealthy_kind(why))
     assert counter._value.get() == before + 1
