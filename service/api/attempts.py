@@ -166,6 +166,7 @@ class AttemptResponses(MethodView):
         write=True,
         idempotent=True,
         lock_late=True,
+        autocommit=True,
     )
     @blp.arguments(AnswerSchema)
     @blp.response(201, FeedbackSchema, description="First answer to this item, with feedback")

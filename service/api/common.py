@@ -14,6 +14,11 @@ needs beyond flask-smorest's ``@blp.arguments`` / ``@blp.response``; put it abov
   so the database's writers wait for each other only during the write,
 * for ``idempotent=True``: stores the response under the caller's ``Idempotency-Key`` in the same
   transaction and replays it for a retry with the same key and body,
+* for ``autocommit=True`` (with ``write``; a view whose every write is one statement that
+  guards itself, as ``service.core.attempts.answer``'s): on PostgreSQL, a request without an
+  ``Idempotency-Key`` runs without a transaction, each statement committing by itself, which
+  saves its BEGIN and COMMIT round trips; with a key, the stored reply needs the transaction,
+  and SQLite gains nothing (no round trips),
 * for ``rate_limit=NAME``: applies that limit of ``service.extensions.rate_limits`` once the caller
   is authenticated (and after an idempotent replay, which a limit never refuses), and documents
   the 429 and the configured limit (``x-rate-limit``) in the OpenAPI document,
@@ -58,7 +63,7 @@ from service.api.fastdump import compile_dump
 from service.api.fastload import Load, compile_load
 from service.auth import current_principal, requires
 from service.core.errors import ServiceError
-from service.db import write_intent
+from service.db import is_postgres, write_intent
 from service.db.attempts import IdempotencyRecord
 from service.extensions import db, rate_limits
 
@@ -280,8 +285,11 @@ def endpoint(
     idempotent: bool = False,
     rate_limit: str | None = None,
     lock_late: bool = False,
+    autocommit: bool = False,
 ) -> Callable[[F], F]:
     roles = tuple(roles)
+    if autocommit and not write:
+        raise ValueError("endpoint(autocommit=True) is for write endpoints")
 
     def decorator(func: F) -> F:
         f: Callable[..., Any] = _view_call(func)
@@ -292,6 +300,8 @@ def endpoint(
         f = requires(*roles)(f)
         if (write or idempotent) and not lock_late:
             f = _write_first(f)
+        if autocommit:
+            f = _autocommit(f)
         f = blp.doc(security=[{"bearerAuth": []}])(f)
         # Any request may meet the database down (503 with Retry-After, service.api.outage).
         codes = {401, 403, 503, *errors}
@@ -443,6 +453,19 @@ def _write_first(func: Callable[..., Any]) -> Callable[..., Any]:
             session.rollback()
         with write_intent():
             return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _autocommit(func: Callable[..., Any]) -> Callable[..., Any]:
+    """See ``endpoint(autocommit=True)``: set before the token lookup, the first statement."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        session = db.session
+        if is_postgres(session.get_bind()) and IDEMPOTENCY_HEADER not in request.headers:
+            session.autocommit()
+        return func(*args, **kwargs)
 
     return wrapper
 

@@ -268,41 +268,55 @@ _ANSWER_TARGET = (
     .select_from(_WITH_ITEM_RESPONSE.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
     .where(_A.id == bindparam("attempt_id"))
 )
-#: PostgreSQL: the same under the attempt's row lock, which answers and submits of one attempt
-#: take in turn; its status is then the latest committed one (READ COMMITTED rereads a row it
-#: waited for). The item's answer joined to it may be older: the insert or replacement below
-#: applies only to the answer that was read, so a newer one is seen by checking again.
-_LOCKED_ANSWER_TARGET = Prepared(_ANSWER_TARGET.with_for_update(of=Attempt.__table__))
-_UNLOCKED_ANSWER_TARGET = Prepared(_ANSWER_TARGET)
-#: SQLite: the status once the write lock is held.
-_STATUS = Prepared(select(_A.status).where(_A.id == bindparam("attempt_id")))
+_READ_ANSWER_TARGET = Prepared(_ANSWER_TARGET)
 
 
 #: The columns an answer's check fills (``_check_answer``'s values).
 _SCORED = ("item_revision", "answer", "correct", "points", "max_points", "answered_at")
 
 
+#: The attempt's row, only while it is in progress, under a share lock (PostgreSQL; SQLite
+#: has no row locks, and its writer lock is held by then). A write joined to it applies only
+#: if the attempt is still in progress when the write runs: a submit holds the row's update
+#: lock until it commits, so the write waits for it and then, as READ COMMITTED rereads a row
+#: it waited for, finds the attempt submitted and writes nothing; a submit that comes later
+#: waits for the write and then reads its answer. Without this guard the attempt had to be
+#: locked by the first read, in a transaction: a BEGIN and a COMMIT more per answer.
+_IN_PROGRESS = (
+    select(_A.id)
+    .where(_A.id == bindparam("attempt_id"), _A.status == IN_PROGRESS)
+    .with_for_update(read=True, of=Attempt.__table__)
+)
+
+
 def _insert_new(dialect: str) -> Any:
     """A first answer that yields its id, or nothing when the item has one already (a
-    concurrent request's: the unique constraint is the judge, read at the latest commit)."""
+    concurrent request's: the unique constraint is the judge, read at the latest commit) or
+    the attempt is no longer in progress (``_IN_PROGRESS``)."""
     from sqlalchemy.dialects import postgresql, sqlite
 
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(ResponseRecord.__table__).on_conflict_do_nothing(
-        index_elements=["attempt_id", "item_id"]
-    )
-    return Prepared(
-        stmt.returning(_R.id), column_keys=("attempt_id", "item_id", "times_answered", *_SCORED)
-    )
+    cols = ("item_id", "times_answered", *_SCORED)
+    row = _IN_PROGRESS.add_columns(*(bindparam(c, type_=_R[c].type) for c in cols))
+    stmt = insert(ResponseRecord.__table__).from_select(("attempt_id", *cols), row)
+    stmt = stmt.on_conflict_do_nothing(index_elements=["attempt_id", "item_id"])
+    return Prepared(stmt.returning(_R.id))
 
 
 _INSERT_NEW = {d: _insert_new(d) for d in ("postgresql", "sqlite")}
-#: A repeated answer replaces the stored one only if no other request replaced it meanwhile.
+#: A repeated answer replaces the stored one only if no other request replaced it meanwhile,
+#: and only while the attempt is in progress (``_IN_PROGRESS``).
 _REPLACE = Prepared(
     ResponseRecord.__table__.update()
-    .where(_R.id == bindparam("response_id"), _R.times_answered == bindparam("times_before"))
+    .where(
+        _R.id == bindparam("response_id"),
+        _R.times_answered == bindparam("times_before"),
+        _R.attempt_id.in_(_IN_PROGRESS),
+    )
     .values(times_answered=_R.times_answered + 1, **{c: bindparam(f"new_{c}") for c in _SCORED})
 )
+#: Tries of an answer whose write found its read overtaken (see ``answer``).
+_ANSWER_TRIES = 3
 
 
 def answer(
@@ -310,30 +324,30 @@ def answer(
 ) -> Answered:
     """Record an answer and return its immediate feedback (in the attempt's language).
 
-    SQLite: read without a lock, the answer is checked and scored first; then the write lock is
-    taken (``begin_writing``) and the status, which a concurrent submit could have changed
-    meanwhile, is read again; if it moved, the answer is checked again. This keeps the
-    database's one writer lock to a SELECT, an INSERT and the commit. PostgreSQL: the first
-    read takes the attempt's row lock, which only requests of the same attempt wait for, and
-    reads its latest status: one round trip fewer than reading it again under the lock.
-    Either way the insert or replacement applies only to the item's answer that was read; if a
-    concurrent request's came first, the answer is checked again against it.
+    The attempt and the item's stored answer are read without a lock and the answer is checked
+    and scored; then the write (``_store``) applies only to what was read: the item's answer
+    as it was, the attempt still in progress (``_IN_PROGRESS``). If a concurrent request came
+    first (another answer to the item, a submit), the write does nothing and the answer is
+    read and checked again, which refuses it or writes it over the newer answer.
+
+    SQLite: the database's one writer lock is taken (``begin_writing``) only after the
+    checks, and no other write can come between the next read and the write, so a second
+    try always settles it. PostgreSQL needs no lock before the write, so the request may run
+    without a transaction (``endpoint(autocommit=True)``): each statement commits itself.
     """
     # an id no item can have (a NUL byte, say) looks up none: the check below names it
     params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
-    locked = is_postgres(session.get_bind())
-    target = _answer_target(session, actor, params, locked)
+    target = _answer_target(session, actor, params)
     quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
-    if not locked and begin_writing(session) and _status_moved(session, target):
-        target = _answer_target(session, actor, params, locked)
-        quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
-    stored = _store(session, target, item.id, values)
-    if stored is None:  # another request answered the item after it was read: check again
-        target = _answer_target(session, actor, params, locked)
-        quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
+    begin_writing(session)
+    for _ in range(_ANSWER_TRIES):
         stored = _store(session, target, item.id, values)
-        if stored is None:  # the attempt's lock is held: nothing else can answer it now
-            raise RuntimeError(f"answer to {item.id!r} of {attempt_id!r} moved under the lock")
+        if stored is not None:
+            break
+        target = _answer_target(session, actor, params)
+        quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
+    else:
+        raise conflict(f"other requests kept answering {item.id!r} meanwhile; try again")
     rec = _Stored(attempt_id=target.id, item_id=item.id, times_answered=stored[1], **values)
     view = response_view(rec, item, quiz, target.lang, reanswer=quiz.settings.allow_reanswer)
     return Answered(target.response_id is None, view)
@@ -366,20 +380,17 @@ def _store(
         return None if new_id is None else (int(new_id), 1)
     before = target.times_answered or 0
     params = {f"new_{c}": values[c] for c in _SCORED}
-    params.update(response_id=target.response_id, times_before=before)
+    params.update(response_id=target.response_id, times_before=before, attempt_id=target.id)
     if _REPLACE.execute(conn, params).rowcount != 1:
         return None
     return target.response_id, before + 1
 
 
-def _answer_target(
-    session: Session, actor: Principal, params: dict[str, str], locked: bool
-) -> _Target:
+def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -> _Target:
     attempt_id = params["attempt_id"]
     row = None
     if _ATTEMPT_ID.match(attempt_id):
-        stmt = _LOCKED_ANSWER_TARGET if locked else _UNLOCKED_ANSWER_TARGET
-        row = stmt.execute(session.connection(), params).first()
+        row = _READ_ANSWER_TARGET.execute(session.connection(), params).first()
     _check_visible(actor, attempt_id, row)
     assert row is not None
     quizzes_store.note_version(session, row.quiz_id, row.revision, row.updated_at)
@@ -432,12 +443,6 @@ def _check_answer(
         "answered_at": utcnow(),
     }
     return quiz, item, values
-
-
-def _status_moved(session: Session, target: _Target) -> bool:
-    """Whether the attempt's status changed since ``target`` was read."""
-    status = _STATUS.execute(session.connection(), {"attempt_id": target.id}).scalar()
-    return status != target.status
 
 
 @dataclass(frozen=True)

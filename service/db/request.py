@@ -29,6 +29,8 @@ class RequestSession:
         self._factory = factory
         self._conn: Connection | None = None
         self._orm: Session | None = None
+        #: run each statement as its own transaction (``autocommit``): until ``close``
+        self._autocommit = False
         #: ``Session.info``'s place: per request, kept across commits and ``close`` as there
         self.info: dict[Any, Any] = {}
 
@@ -50,8 +52,24 @@ class RequestSession:
 
     def _core(self) -> Connection:
         if self._conn is None:
-            self._conn = self._engine.connect()
+            conn = self._engine.connect()
+            if self._autocommit:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._conn = conn
         return self._conn
+
+    def autocommit(self) -> bool:
+        """From now until ``close``, have every statement commit by itself: no BEGIN and no
+        COMMIT round trips (a request whose every write is one self-guarding statement, see
+        ``service.core.attempts.answer``). ``commit`` and ``rollback`` then do nothing on the
+        database. Only on a session that has no transaction and no ORM session yet; False, and
+        nothing changed, otherwise."""
+        if self._orm is not None or (self._conn is not None and self._conn.in_transaction()):
+            return False
+        self._autocommit = True
+        if self._conn is not None:
+            self._conn.execution_options(isolation_level="AUTOCOMMIT")
+        return True
 
     def connection(self, **kwargs: Any) -> Connection:
         """The request's connection, in a transaction (begun now if none is), as
@@ -97,6 +115,7 @@ class RequestSession:
         as a ``Session`` is."""
         orm, conn = self._orm, self._conn
         self._orm = self._conn = None
+        self._autocommit = False
         try:
             if orm is not None:
                 orm.close()
@@ -124,7 +143,7 @@ class RequestSession:
         return getattr(self.orm, name)
 
 
-_OWN = frozenset({"_engine", "_factory", "_conn", "_orm", "info"})
+_OWN = frozenset({"_engine", "_factory", "_conn", "_orm", "_autocommit", "info"})
 
 
 def orm_session(session: Session | RequestSession) -> Session:

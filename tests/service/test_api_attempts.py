@@ -211,12 +211,9 @@ def test_concurrent_double_answer_stores_one_response(world: World, session: Ses
 
 
 def _race_before_lock(world: World, monkeypatch: Any, racer: Any) -> list[Any]:
-    """Run ``racer`` (another request) once, between an answer's checks and its write lock
-    (SQLite's; on PostgreSQL an answer's first read takes the attempt's row lock)."""
+    """Run ``racer`` (another request) once, between an answer's checks and its write (SQLite:
+    before the write lock; PostgreSQL: the write is the guarded statement itself)."""
     from service.core import attempts as core_attempts
-
-    if _postgres(world):
-        pytest.skip("no window between read and lock: test_answer_waits_for_the_attempts_lock")
 
     real, raced, started = core_attempts.begin_writing, [], []
 
@@ -264,6 +261,79 @@ def test_answer_refused_when_the_attempt_is_submitted_before_its_lock(
     assert raced[0].status_code == 200
     assert r.status_code == 409 and "already submitted" in r.get_json()["message"]
     assert _count(session, ResponseRecord) == 0
+
+
+def test_reanswer_refused_when_the_attempt_is_submitted_before_its_write(
+    world: World, session: Session, monkeypatch: Any
+) -> None:
+    """The replacement of a stored answer is guarded as a first answer's insert is."""
+    aid = world.start("quiz-b")["id"]
+    assert world.answer(aid, "x1", ["three"]).status_code == 201
+    raced = _race_before_lock(
+        world,
+        monkeypatch,
+        lambda c: c.post(f"/api/v1/attempts/{aid}/submit", headers=world.h("alice")),
+    )
+    r = world.answer(aid, "x1", ["two"])
+    assert raced[0].status_code == 200
+    assert r.status_code == 409 and "already submitted" in r.get_json()["message"]
+    stored = session.execute(select(ResponseRecord)).scalar_one()
+    assert stored.answer == ["three"] and stored.times_answered == 1
+
+
+def test_reanswer_raced_by_another_reanswer_lands_after_it(
+    world: World, session: Session, monkeypatch: Any
+) -> None:
+    """A replacement whose read was overtaken by another one reads again and replaces that."""
+    aid = world.start("quiz-b")["id"]
+    url = f"/api/v1/attempts/{aid}/responses"
+    assert world.answer(aid, "x1", ["three"]).status_code == 201
+    raced = _race_before_lock(
+        world,
+        monkeypatch,
+        lambda c: c.post(url, headers=world.h("alice"), json={"item_id": "x1", "answer": ["two"]}),
+    )
+    r = world.answer(aid, "x1", ["three"])
+    assert raced[0].status_code == 200 and raced[0].get_json()["times_answered"] == 2
+    assert r.status_code == 200 and r.get_json()["times_answered"] == 3
+    stored = session.execute(select(ResponseRecord)).scalar_one()
+    assert stored.answer == ["three"] and stored.times_answered == 3
+
+
+def test_answer_runs_without_a_transaction_on_postgres_unless_keyed(
+    world: World, monkeypatch: Any
+) -> None:
+    """PostgreSQL: an answer without an Idempotency-Key runs in autocommit (no BEGIN or
+    COMMIT round trips); with a key, in a transaction (the stored reply commits with it);
+    the pooled connection is back in transactions for the next request. SQLite: always in a
+    transaction."""
+    from service.core import attempts as core_attempts
+
+    seen: list[tuple[str, bool]] = []
+    real_store, real_submit = core_attempts._store, core_attempts.submit
+
+    def mode(session: Any) -> bool:
+        return bool(session.connection().connection.dbapi_connection.autocommit)
+
+    def store(session: Any, *args: Any) -> Any:
+        seen.append(("answer", mode(session)) if _postgres(world) else ("answer", False))
+        return real_store(session, *args)
+
+    def submit(session: Any, *args: Any) -> Any:
+        seen.append(("submit", mode(session)) if _postgres(world) else ("submit", False))
+        return real_submit(session, *args)
+
+    monkeypatch.setattr(core_attempts, "_store", store)
+    monkeypatch.setattr(core_attempts, "submit", submit)
+    aid = world.start("quiz-b")["id"]
+    assert world.answer(aid, "x1", ["three"]).status_code == 201
+    keyed = {"Idempotency-Key": "x1-again"}
+    body = {"item_id": "x1", "answer": ["two"]}
+    url = f"/api/v1/attempts/{aid}/responses"
+    assert world.post(url, "alice", json=body, headers=keyed).status_code == 200
+    assert world.post(f"/api/v1/attempts/{aid}/submit", "alice").status_code == 200
+    pg = _postgres(world)
+    assert seen == [("answer", pg), ("answer", False), ("submit", False)]
 
 
 def _postgres(world: World) -> bool:
