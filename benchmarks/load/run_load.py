@@ -10,8 +10,11 @@ workers and threads), drives it with headless Locust (``locustfile.py``: start, 
 submit), then does the same against ``bare_app.py`` under the same gunicorn command, and prints
 one table: requests/s, attempts/s, p50/p95/p99 and failures, kgrade's share of the bare
 app's rate, and the machine's idle and stolen CPU during each measured run (a run with much
-idle was not saturated; steal is a busy neighbour on a VM). Client and server share this
-machine, as they did when the issue was measured. ``--rounds N`` measures every target N times
+idle was not saturated; steal is a busy neighbour on a VM), and the CPU a request cost each
+part during it: the gunicorn processes (server), PostgreSQL's server processes (database) and
+Locust (client), read from ``/proc`` (Linux). Those move far less than the rate when the
+machine's speed does, so they are what a before/after comparison reads first. Client and
+server share this machine, as they did when the issue was measured. ``--rounds N`` measures every target N times
 in turn and ends with each one's median round: single runs minutes apart moved by 15 % here.
 
 PostgreSQL: ``--postgres-url`` (default: ``$KGRADE_TEST_DATABASE_URL``, what ``make services``
@@ -54,6 +57,10 @@ class Row:
     failures: int
     idle: float = float("nan")  # share of the machine's CPU idle during the measured run
     steal: float = float("nan")  # share taken by the host (a busy neighbour on a VM)
+    #: CPU ms a request cost the gunicorn processes, PostgreSQL's server and Locust
+    server_ms: float = float("nan")
+    db_ms: float = float("nan")
+    client_ms: float = float("nan")
 
 
 def cpu_times() -> list[int]:
@@ -72,6 +79,49 @@ def shares(before: list[int], after: list[int]) -> tuple[float, float]:
     d = [b - a for a, b in zip(before, after, strict=True)]
     total = sum(d) or 1
     return (d[3] + d[4]) / total, d[7] / total
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def _proc_stat(pid: int) -> tuple[str, int, float] | None:
+    """(command name, parent pid, user + system CPU seconds) of ``pid``, or None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    f = raw[raw.rindex(")") + 2 :].split()  # fields from the state (the stat's third) on
+    return name, int(f[1]), (int(f[11]) + int(f[12])) * _TICK_S
+
+
+def group_cpu(root_pid: int | None) -> tuple[float, float]:
+    """CPU seconds so far of the process tree under ``root_pid`` (gunicorn and its workers)
+    and of every ``postgres`` process on this machine (the database server's); (nan, nan)
+    without ``/proc``."""
+    if not Path("/proc/self/stat").exists():
+        return float("nan"), float("nan")
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            st = _proc_stat(int(entry.name))
+            if st is not None:
+                stats[int(entry.name)] = st
+    tree, frontier = set(), {root_pid} if root_pid is not None else set()
+    while frontier:
+        tree |= frontier
+        frontier = {p for p, (_, ppid, _) in stats.items() if ppid in frontier} - tree
+    server = sum(stats[p][2] for p in tree if p in stats)
+    database = sum(cpu for name, _, cpu in stats.values() if name == "postgres")
+    return server, database
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children (a finished Locust run among them)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def median_rows(rounds: list[list[Row]]) -> list[Row]:
@@ -151,7 +201,7 @@ def prepare(url: str, students: int, tokens_file: Path) -> None:
 @contextlib.contextmanager
 def gunicorn(
     app: str, port: int, env: dict[str, str], args: argparse.Namespace, cwd: Path = ROOT
-) -> Iterator[None]:
+) -> Iterator[int]:
     """``kgrade serve``'s gunicorn command line for ``app`` (its access log kept: it is part of
     the cost of a request in production)."""
     from service.cli.serve import gunicorn_argv
@@ -174,7 +224,7 @@ def gunicorn(
                 if time.monotonic() > deadline:
                     raise SystemExit(f"gunicorn for {app} did not start; see {log.name}") from None
                 time.sleep(0.2)
-        yield
+        yield proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -184,7 +234,9 @@ def gunicorn(
         log.close()
 
 
-def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) -> Row:
+def locust(
+    port: int, name: str, env: dict[str, str], args: argparse.Namespace, server_pid: int | None
+) -> Row:
     prefix = args.out / name
 
     def cmd(seconds: int, csv_prefix: str) -> list[str]:
@@ -197,13 +249,16 @@ def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) 
 
     # a warm-up first (caches, connection pools, lazy imports), not counted
     subprocess.run(cmd(args.warmup, f"{prefix}-warmup"), env=env, cwd=ROOT, capture_output=True)
-    t0 = cpu_times()
+    t0, g0, c0 = cpu_times(), group_cpu(server_pid), children_cpu()
     out = subprocess.run(cmd(args.seconds, str(prefix)), env=env, cwd=ROOT, capture_output=True)
     idle, steal = shares(t0, cpu_times())
+    (server_s, db_s), client_s = group_cpu(server_pid), children_cpu() - c0
+    server_s, db_s = server_s - g0[0], db_s - g0[1]
     (args.out / f"{name}-locust.log").write_bytes(out.stdout + out.stderr)
     with open(f"{prefix}_stats.csv") as f:
         rows = {r["Name"]: r for r in csv.DictReader(f)}
     agg, submit = rows["Aggregated"], rows.get("submit") or {}
+    per_request = 1000.0 / max(1, int(agg["Request Count"]))
     return Row(
         target=name,
         rps=float(agg["Requests/s"]),
@@ -215,6 +270,9 @@ def locust(port: int, name: str, env: dict[str, str], args: argparse.Namespace) 
         failures=int(agg["Failure Count"]),
         idle=idle,
         steal=steal,
+        server_ms=server_s * per_request,
+        db_ms=db_s * per_request,
+        client_ms=client_s * per_request,
     )
 
 
@@ -244,8 +302,8 @@ def run_kgrade(db: str, args: argparse.Namespace, root: Path = ROOT, label: str 
     env["KGRADE_LOAD_TOKENS"] = str(tokens)
     port = free_port()
     try:
-        with gunicorn("service:create_app()", port, env, args, cwd=root):
-            return locust(port, name, env, args)
+        with gunicorn("service:create_app()", port, env, args, cwd=root) as pid:
+            return locust(port, name, env, args, pid)
     finally:
         if db == "postgres":
             drop_postgres(args.postgres_url)
@@ -256,8 +314,8 @@ def run_bare(args: argparse.Namespace) -> Row:
     tokens.write_text("kgr_bare\n")
     env = dict(os.environ, KGRADE_LOAD_TOKENS=str(tokens), PYTHONPATH=str(HERE))
     port = free_port()
-    with gunicorn("bare_app:create_app()", port, env, args):
-        return locust(port, "bare-flask", env, args)
+    with gunicorn("bare_app:create_app()", port, env, args) as pid:
+        return locust(port, "bare-flask", env, args, pid)
 
 
 def main() -> None:
@@ -323,14 +381,15 @@ def print_table(rows: list[Row], args: argparse.Namespace, title: str) -> None:
     )
     print(
         "| target | requests/s | attempts/s | p50 ms | p95 ms | p99 ms | requests | failures "
-        "| of bare Flask | CPU idle / steal |"
+        "| of bare Flask | CPU idle / steal | CPU ms a request: server / database / client |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r.target} | {r.rps:.0f} | {r.attempts_s:.1f} | {r.p50:.0f} | {r.p95:.0f} | "
             f"{r.p99:.0f} | {r.requests} | {r.failures} | {r.rps / bare.rps:.2f} | "
-            f"{100 * r.idle:.0f} / {100 * r.steal:.1f} % |"
+            f"{100 * r.idle:.0f} / {100 * r.steal:.1f} % | "
+            f"{r.server_ms:.2f} / {r.db_ms:.2f} / {r.client_ms:.2f} |"
         )
 
 

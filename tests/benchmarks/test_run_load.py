@@ -1,8 +1,15 @@
-"""benchmarks/load/run_load.py's arithmetic: CPU shares from /proc/stat and the median round."""
+"""benchmarks/load/run_load.py's arithmetic: CPU shares from /proc/stat, a process tree's CPU
+from /proc, and the median round."""
 
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from benchmarks.load import run_load as rl
 
@@ -38,3 +45,33 @@ def test_median_round_per_target_keeps_that_rounds_latencies() -> None:
     # an even count takes the lower middle: a real round, never an average of two
     two = rl.median_rows(rounds[:2])
     assert [r.rps for r in two] == [900, 1700]
+
+
+def test_group_cpu_counts_a_process_tree_and_its_grandchildren(tmp_path: Path) -> None:
+    """A parent that sleeps and a grandchild that burns 0.4 s of CPU, then says so and
+    sleeps: the tree's count holds the burn (a count of the root alone would not)."""
+    done = tmp_path / "burnt"
+    burn = (
+        "import time, pathlib; t = time.process_time()\n"
+        "while time.process_time() - t < 0.4: pass\n"
+        f"pathlib.Path({str(done)!r}).touch(); time.sleep(30)"
+    )
+    spawn = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {burn!r}]); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", spawn], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert done.exists()
+        tree, _ = rl.group_cpu(parent.pid)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    assert 0.4 <= tree < 3.0  # the burn, and two interpreters' start
+    assert rl.group_cpu(None)[0] == 0.0
+
+
+def test_proc_stat_reads_a_name_with_spaces_and_parentheses() -> None:
+    name, ppid, cpu = rl._proc_stat(os.getpid())  # type: ignore[misc]
+    assert ppid == os.getppid() and cpu > 0 and name
+    assert rl._proc_stat(2**22 + 7) is None  # no such process
