@@ -2,30 +2,42 @@
 # Run a long command on the device machine across several device calls (each call is capped at
 # 10 minutes; a process in its own session outlives the call while the machine stays warm).
 #
-#   benchmarks/detach.sh start DIR SECONDS -- COMMAND [ARGS...]
+#   benchmarks/detach.sh start DIR SECONDS [--copy] -- COMMAND [ARGS...]
 #       start COMMAND detached (setsid) with its output in DIR/run.log and its exit status in
-#       DIR/rc once it ends, then wait as `wait` does
+#       DIR/rc once it ends, then wait as `wait` does. --copy: first copy this repository's
+#       tree (symlinks such as .whl and .deb followed; .git, .venv and out/ left out) to
+#       DIR/tree and run COMMAND there, so relative paths keep working (see below)
 #   benchmarks/detach.sh wait DIR SECONDS
 #       wait up to SECONDS for DIR/rc, copy DIR's files to $OUT (when set), print the log's tail;
 #       exits with the command's status, or 124 while it still runs
 # Each device call copies the working tree afresh, so a detached command's working directory is
 # deleted under it by the next call (run 26: a script's second step, a relative path, was not
-# found). Files keep their paths and contents; a command of several steps should name them by
-# absolute path (say "$ROOT/benchmarks/...") instead of relying on its working directory.
+# found). Files keep their paths and contents; a command of several steps should either run
+# from a copy (--copy; run 27 did so by hand) or name its files by absolute path.
 set -uo pipefail
 verb=${1:?start|wait}
 dir=${2:?DIR}
 secs=${3:?SECONDS}
 shift 3
 if [ "$verb" = start ]; then
+  copy=0
+  [ "${1:-}" = "--copy" ] && { copy=1; shift; }
   [ "${1:-}" = "--" ] && shift
   mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)  # absolute: the command may run elsewhere (--copy)
   rm -f "$dir/rc"
+  if [ "$copy" = 1 ]; then
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    rm -rf "$dir/tree" && mkdir -p "$dir/tree"
+    tar -C "$root" --exclude=./.git --exclude=./.venv --exclude=./out -chf - . |
+      tar -C "$dir/tree" -xf - || { echo "detach: copying $root failed" >&2; exit 2; }
+    cd "$dir/tree" || exit 2
+  fi
   # shellcheck disable=SC2016  # $@ and $1 expand in the inner shell
   setsid bash -c '"${@:2}" >"$1/run.log" 2>&1 </dev/null; echo $? >"$1/rc"' _ "$dir" "$@" &
   disown
 elif [ "$verb" != wait ]; then
-  echo "usage: $0 start|wait DIR SECONDS [-- COMMAND...]" >&2
+  echo "usage: $0 start|wait DIR SECONDS [[--copy] -- COMMAND...]" >&2
   exit 2
 fi
 end=$(($(date +%s) + secs))
