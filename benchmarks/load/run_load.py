@@ -328,8 +328,10 @@ def main() -> None:
     p.add_argument("--seconds", type=int, default=30, help="measured run per target")
     p.add_argument("--warmup", type=int, default=5, help="unmeasured run before each")
     p.add_argument("--students", type=int, default=2000)
-    p.add_argument("--workers", type=int, default=min(4, (os.cpu_count() or 1) + 1))
-    p.add_argument("--threads", type=int, default=2)
+    from service.cli.serve import DEFAULT_THREADS, default_workers
+
+    p.add_argument("--workers", type=int, default=default_workers(), help="as kgrade serve")
+    p.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="as kgrade serve")
     p.add_argument("--out", type=Path, default=None, help="folder for CSVs and logs")
     p.add_argument(
         "--rounds",
