@@ -14,9 +14,9 @@ idle was not saturated; steal is a busy neighbour on a VM), and the CPU a reques
 part during it: the gunicorn processes (server), PostgreSQL's server processes (database) and
 Locust (client, its start of about a second of CPU included: 0.05 ms a request in a 20 s run),
 read from ``/proc`` (Linux). Those move far less than the rate when the machine's speed does,
-so they are what a before/after comparison reads first. Client and
-server share this machine, as they did when the issue was measured. ``--rounds N`` measures every target N times
-in turn and ends with each one's median round: single runs minutes apart moved by 15 % here.
+so they are what a before/after comparison reads first. Client and server share this machine,
+as they did when the issue was measured. ``--rounds N`` measures every target N times in turn
+and ends with each one's median round: single runs minutes apart moved by 15 % here.
 
 PostgreSQL: ``--postgres-url`` (default: ``$KGRADE_TEST_DATABASE_URL``, what ``make services``
 starts); the run creates and drops its own database ``kgrade_load`` on that server.
@@ -82,39 +82,27 @@ def shares(before: list[int], after: list[int]) -> tuple[float, float]:
     return (d[3] + d[4]) / total, d[7] / total
 
 
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
-
-
-def _proc_stat(pid: int) -> tuple[str, int, float] | None:
-    """(command name, parent pid, user + system CPU seconds) of ``pid``, or None if gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    name = raw[raw.index("(") + 1 : raw.rindex(")")]
-    f = raw[raw.rindex(")") + 2 :].split()  # fields from the state (the stat's third) on
-    return name, int(f[1]), (int(f[11]) + int(f[12])) * _TICK_S
-
-
 def group_cpu(root_pid: int | None) -> tuple[float, float]:
     """CPU seconds so far of the process tree under ``root_pid`` (gunicorn and its workers)
     and of every ``postgres`` process on this machine (the database server's); (nan, nan)
     without ``/proc``."""
-    if not Path("/proc/self/stat").exists():
+    from workers.harness.procs import cpu_seconds, tree_pids
+
+    if not os.path.isdir("/proc"):
         return float("nan"), float("nan")
-    stats = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            st = _proc_stat(int(entry.name))
-            if st is not None:
-                stats[int(entry.name)] = st
-    tree, frontier = set(), {root_pid} if root_pid is not None else set()
-    while frontier:
-        tree |= frontier
-        frontier = {p for p, (_, ppid, _) in stats.items() if ppid in frontier} - tree
-    server = sum(stats[p][2] for p in tree if p in stats)
-    database = sum(cpu for name, _, cpu in stats.values() if name == "postgres")
-    return server, database
+    server = cpu_seconds(tree_pids(root_pid)) if root_pid is not None else 0.0
+    return server, cpu_seconds(p for p in _pids() if _comm(p) == "postgres")
+
+
+def _pids() -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone meanwhile
+        return None
 
 
 def children_cpu() -> float:
@@ -250,11 +238,10 @@ def locust(
 
     # a warm-up first (caches, connection pools, lazy imports), not counted
     subprocess.run(cmd(args.warmup, f"{prefix}-warmup"), env=env, cwd=ROOT, capture_output=True)
-    t0, g0, c0 = cpu_times(), group_cpu(server_pid), children_cpu()
+    t0, (server0, db0), client0 = cpu_times(), group_cpu(server_pid), children_cpu()
     out = subprocess.run(cmd(args.seconds, str(prefix)), env=env, cwd=ROOT, capture_output=True)
     idle, steal = shares(t0, cpu_times())
-    (server_s, db_s), client_s = group_cpu(server_pid), children_cpu() - c0
-    server_s, db_s = server_s - g0[0], db_s - g0[1]
+    (server1, db1), client1 = group_cpu(server_pid), children_cpu()
     (args.out / f"{name}-locust.log").write_bytes(out.stdout + out.stderr)
     with open(f"{prefix}_stats.csv") as f:
         rows = {r["Name"]: r for r in csv.DictReader(f)}
@@ -271,9 +258,9 @@ def locust(
         failures=int(agg["Failure Count"]),
         idle=idle,
         steal=steal,
-        server_ms=server_s * per_request,
-        db_ms=db_s * per_request,
-        client_ms=client_s * per_request,
+        server_ms=(server1 - server0) * per_request,
+        db_ms=(db1 - db0) * per_request,
+        client_ms=(client1 - client0) * per_request,
     )
 
 

@@ -71,7 +71,8 @@ def test_group_cpu_counts_a_process_tree_and_its_grandchildren(tmp_path: Path) -
     assert rl.group_cpu(None)[0] == 0.0
 
 
-def test_proc_stat_reads_a_name_with_spaces_and_parentheses() -> None:
-    name, ppid, cpu = rl._proc_stat(os.getpid())  # type: ignore[misc]
-    assert ppid == os.getppid() and cpu > 0 and name
-    assert rl._proc_stat(2**22 + 7) is None  # no such process
+def test_cpu_seconds_of_this_process_and_of_one_that_is_gone() -> None:
+    from workers.harness.procs import cpu_seconds
+
+    assert cpu_seconds([os.getpid()]) > 0
+    assert cpu_seconds([2**22 + 7]) == 0.0  # no such process

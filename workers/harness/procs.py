@@ -10,7 +10,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -115,6 +115,16 @@ def _proc_stat(pid: int) -> list[bytes] | None:
         return None
     # the command name may hold spaces and parentheses: the fields follow the last ')'
     return st[st.rindex(b")") + 2 :].split()
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds so far of ``pids`` (gone ones count 0), from /proc."""
+    ticks = 0
+    for pid in pids:
+        st = _proc_stat(pid)
+        if st is not None:
+            ticks += int(st[11]) + int(st[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def thread_count(pids: list[int]) -> int:
