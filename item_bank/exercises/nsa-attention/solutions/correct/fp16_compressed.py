@@ -26,16 +26,9 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
     vf = v.float().transpose(1, 2).repeat_interleave(G, 1)
     t = torch.arange(T, device=q.device)
     Tc = (T - l) // d + 1 if l <= T else 0
-    kc = (
-        torch.stack([kf[:, :, i * d : i * d + l].mean(2) for i in range(Tc)], 2)
-        if Tc
-        else kf[:, :, :0]
-    )
-    vc = (
-        torch.stack([vf[:, :, i * d : i * d + l].mean(2) for i in range(Tc)], 2)
-        if Tc
-        else vf[:, :, :0]
-    )
+    # block i is the mean of tokens i*d .. i*d+l-1: a strided window view, no Python loop
+    kc = kf.unfold(2, l, d).mean(-1) if Tc else kf[:, :, :0]  # B,Hq,Tc,D
+    vc = vf.unfold(2, l, d).mean(-1) if Tc else vf[:, :, :0]
     if q.dtype == torch.bfloat16:
         # 16-bit operands for tensor-core dots, as our Triton reference uses (fp16: 3 more
         # mantissa bits than bf16; these values fit its range): k̃ = hi + lo, ṽ rounded.
@@ -46,10 +39,11 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
     o_cmp, lse_cmp, p_cmp = _branch(qf @ kc.transpose(-1, -2) * sc, vis, vc)
     Ts = (T + lp - 1) // lp
     if block_indices is None:
-        w = torch.zeros(Tc, Ts, device=q.device)
-        for i in range(Tc):
-            for j in range(Ts):
-                w[i, j] = max(0, min(i * d + l, (j + 1) * lp) - max(i * d, j * lp)) / d
+        # w[i, j]: overlap of compressed block i with selection block j, in strides
+        ic = torch.arange(Tc, device=q.device).view(-1, 1)
+        js = torch.arange(Ts, device=q.device).view(1, -1)
+        over = torch.minimum(ic * d + l, (js + 1) * lp) - torch.maximum(ic * d, js * lp)
+        w = over.clamp(min=0).float() / d  # Tc,Ts
         score = (p_cmp @ w).view(B, Hkv, G, T, Ts).sum(2)  # B,Hkv,T,Ts
         cur = (t // lp).view(-1, 1)
         j = torch.arange(Ts, device=q.device).view(1, -1)
@@ -57,10 +51,13 @@ def nsa_attention(q, k, v, gates, config, *, block_indices=None, return_aux=Fals
         forced = elig & ((j < config.sel_init) | (j > cur - config.sel_local))
         score = score.masked_fill(~elig, float("-inf")).masked_fill(forced, float("inf"))
         order = torch.sort(score, dim=-1, descending=True, stable=True).indices
+        # query t keeps its first min(n, t // lp + 1) blocks, ascending, then -1 padding:
+        # the unused slots get the sentinel Ts, which sorts last, and become -1
+        m = min(n, Ts)
+        keep = torch.arange(m, device=q.device).view(1, -1) < (t // lp + 1).view(-1, 1)
+        top = torch.where(keep, order[..., :m], Ts).sort(-1).values
         bi = torch.full((B, Hkv, T, n), -1, dtype=torch.long, device=q.device)
-        for tt in range(T):
-            c = min(n, tt // lp + 1)
-            bi[:, :, tt, :c] = torch.sort(order[:, :, tt, :c], -1).values
+        bi[..., :m] = torch.where(top == Ts, -1, top)
         block_indices = bi.transpose(1, 2).to(torch.int32)
     bi = block_indices.long().transpose(1, 2)  # B,Hkv,T,n
     chosen = torch.zeros(B, Hkv, T, Ts + 1, dtype=torch.bool, device=q.device)
