@@ -171,3 +171,23 @@ def test_gradients_flow_and_no_grad_inference_is_unchanged() -> None:
     assert torch.equal(out_ng, out.detach())
     out = nsa_attention(q.detach(), k, v, gates.detach(), cfg)
     assert not out.requires_grad
+
+
+def test_peak_abs_over_mixed_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fp16 range check reads max |x| over q, k, v (and a given k̃, ṽ) in one launch."""
+    import kernels.nsa.attention as attention
+    from kernels.nsa.attention import _compressed_dtype, _peak_abs
+
+    monkeypatch.setattr(attention, "interpreting", lambda: False)  # as on the GPU
+
+    q = torch.randn(2, 8, 3, 4).bfloat16()
+    k = torch.randn(2, 8, 1, 4).bfloat16()
+    kc = torch.randn(2, 3, 1, 4)  # fp32, as a given compression may be
+    k[1, 5, 0, 2] = -41000.0  # the peak is a negative value, past fp16's 30000 guard
+    assert _peak_abs((q, k, None, kc, q[:, :0])) == float(k.float().abs().max())
+    assert _peak_abs((q, None)) == float(q.float().abs().max())
+    assert _compressed_dtype(q, q, q) == torch.float16
+    assert _compressed_dtype(q, k, q) == torch.bfloat16  # 41000 does not fit fp16
+    k[0, 0, 0, 0] = float("nan")
+    assert _peak_abs((q, k)) != _peak_abs((q, k))  # NaN propagates: bf16 storage, never fp16
+    assert _compressed_dtype(q, k, q) == torch.bfloat16
