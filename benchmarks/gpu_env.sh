@@ -11,3 +11,13 @@ export PYTHONPATH="$WORK/site:$ROOT"
 for d in .deb/*.deb; do if [ -e "$d" ]; then dpkg -x "$d" "$WORK/deb"; fi; done
 export LD_LIBRARY_PATH="$WORK/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$WORK/deb/usr/bin:$PATH"
+# Fail here, not at the API's boot minutes later ("the API did not come up", run 28's first
+# call): .whl must hold every dependency in pyproject.toml, which device-wheels.sh's default list
+# does not (flask-limiter, prometheus-client, pylti1p3next, pyjwt, markdown-it-py, psycopg...).
+if ! "$PY" -c "import service, service.extensions, service.lti, service.metrics, workers.tasks" \
+  2>"$WORK/import-check.log"; then
+  tail -3 "$WORK/import-check.log" >&2
+  echo "gpu_env: the service's packages are incomplete; on the development machine run" \
+    "benchmarks/device_wheels.sh and carry .whl and .deb again" >&2
+  exit 3
+fi

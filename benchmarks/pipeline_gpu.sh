@@ -5,7 +5,7 @@
 # exercise over HTTP, then grades our own reference 5 times, and prints a table.
 #
 # Needs, in the repository root (the device run's `carry` list): .whl (from
-#   `DEB=1 ../shared/tools/device-wheels.sh`) and .deb (redis-server, its libraries, bubblewrap).
+#   `benchmarks/device_wheels.sh`: every dependency in pyproject.toml) and .deb (redis-server, its libraries, bubblewrap).
 # Usage: benchmarks/pipeline_gpu.sh [pipeline_gpu.py options, e.g. --exercise attention-merge
 #   --solutions one --reference-runs 5 --deadline 480]. Logs and pipeline.json go to $OUT.
 # One GPU: one worker on queue `gpu`; multi-rank exercises are skipped (reported). Two or more
