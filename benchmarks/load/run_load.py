@@ -1,6 +1,6 @@
 """Quiz traffic under load: kgrade's API under gunicorn against a bare Flask app, side by side.
 
-    .venv/bin/pip install locust          # the load generator (not a project dependency)
+    .venv/bin/pip install -e ".[bench]"   # locust, the load generator (an extra, not a dependency)
     .venv/bin/python benchmarks/load/run_load.py                 # SQLite, then PostgreSQL
     .venv/bin/python benchmarks/load/run_load.py --db sqlite --seconds 20
 

@@ -1,0 +1,36 @@
+#!/bin/bash
+# The GPU-only test suites on the GPU machine, one file at a time, each file's summary line
+# printed as soon as it ends (run 29 piped one pytest run of all of them into `tail` and lost
+# everything when the session's device time ran out first). Carry .whl (device_wheels.sh).
+#   benchmarks/gpu_tests.sh                       # every GPU suite
+#   benchmarks/gpu_tests.sh tests/kernels/test_gpu_nsa.py -k "not variants"   # one, with options
+# Full output per file in $OUT (default /tmp/kgrade-gpu-tests); exits non-zero if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+OUT=${OUT:-/tmp/kgrade-gpu-tests}
+mkdir -p "$OUT"
+if [ -d .whl ] && [ "${SKIP_WHEELS:-0}" != 1 ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$OUT/site" .whl/*.whl 2>/dev/null
+  export PYTHONPATH="$OUT/site:$PWD"
+fi
+run() {  # one pytest run: its summary line as soon as it ends, failures listed
+  local name=$1 log
+  shift
+  log="$OUT/$(echo "$name" | tr -c 'A-Za-z0-9_.' '_' | cut -c1-80).log"
+  local t0
+  t0=$(date +%s)
+  "$PY" -m pytest -q -p no:cacheprovider -rfE "$@" >"$log" 2>&1 || status=1
+  echo "$(date +%H:%M:%S) $name: $(tail -1 "$log") ($(($(date +%s) - t0)) s)"
+  grep -E "^(FAILED|ERROR) " "$log" | head -20
+}
+status=0
+if [ $# -gt 0 ]; then
+  run "$1" "$@"
+else
+  for f in tests/kernels/test_gpu_attention.py tests/kernels/test_gpu_nsa.py \
+    tests/workers/test_raw_format.py tests/workers/test_gpu.py; do
+    run "$f" "$f"
+  done
+fi
+exit $status
