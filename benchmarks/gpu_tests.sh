@@ -1,19 +1,21 @@
 #!/bin/bash
 # The GPU-only test suites on the GPU machine, one file at a time, each file's summary line
 # printed as soon as it ends (run 29 piped one pytest run of all of them into `tail` and lost
-# everything when the session's device time ran out first). Carry .whl (device_wheels.sh).
+# everything when the session's device time ran out first). Carry .whl and .deb
+# (device_wheels.sh); SKIP_WHEELS=1 PY=.venv/bin/python runs it here.
 #   benchmarks/gpu_tests.sh                       # every GPU suite
 #   benchmarks/gpu_tests.sh tests/kernels/test_gpu_nsa.py -k "not variants"   # one, with options
 # Full output per file in $OUT (default /tmp/kgrade-gpu-tests); exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/kgrade-gpu-tests}
+WORK=$OUT
 mkdir -p "$OUT"
-if [ -d .whl ] && [ "${SKIP_WHEELS:-0}" != 1 ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$OUT/site" .whl/*.whl 2>/dev/null
-  export PYTHONPATH="$OUT/site:$PWD"
-fi
+# the pipeline's set-up: .whl into $WORK/site on PYTHONPATH, .deb unpacked, the import check
+# shellcheck source=benchmarks/gpu_env.sh
+. benchmarks/gpu_env.sh
 run() {  # one pytest run: its summary line as soon as it ends, failures listed
   local name=$1 log
   shift
