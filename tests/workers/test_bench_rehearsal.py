@@ -37,7 +37,13 @@ from workers.harness.procs import (
     tree_pids,
 )
 from workers.harness.timed import FIRST_BATCH_CHECKS
-from workers.harness.timing import FLOOR_FAST_ITERS, MIN_ITERS, MIN_PLAUSIBLE_CALLS, WARMUP_CALLS
+from workers.harness.timing import (
+    FLOOR_FAST_ITERS,
+    MIN_ITERS,
+    MIN_PLAUSIBLE_CALLS,
+    WARMUP_CALLS,
+    past_floor,
+)
 from workers.results import GradeResult
 from workers.verdicts import Verdict
 
@@ -174,28 +180,48 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
 """.encode()
 
 
+CLAMP = float(load_exercise("attention-merge").scoring["clamp"])
+
+
+def _graded_where_floor_reachable(extra: bytes, calls: int, attempts: int = 3) -> GradeResult:
+    """A slowed correct solution's grading in which the floor stop after ``calls`` calls a side
+    was reachable. The stop compares the submission's fastest call with our reference's
+    slowest, so one stall of the host in our reference's first calls (CI's shared cores: 13 ms
+    in a 3 ms call was enough) rightly keeps the loop going; such a grading is graded again,
+    judged by its own recorded samples, and the stop itself is never excused."""
+    for _ in range(attempts):
+        r = _grade_stable(extra)
+        assert r.verdict is Verdict.PASS, r.output
+        (t,) = r.timings
+        sub = r.details["raw_samples_ms"][t.name]
+        ours = r.details["ref_raw_samples_ms"][t.name]
+        if len(sub) < calls or past_floor(sub[:calls], ours[:calls], CLAMP):
+            return r
+    pytest.fail(f"our reference stalled in all {attempts} gradings: the floor was never reachable")
+
+
 def test_a_submission_at_the_clamp_floor_ends_its_loop_early() -> None:
     # Every call 60 ms longer than ours (a slow first attempt): the speedup is at its floor
     # (1/clamp) after the minimum of calls, so the loop stops there instead of at its budget.
-    r = _grade_stable(_slowed(0.06, min_t=0))
-    assert r.verdict is Verdict.PASS, r.output
+    # (on a quiet host the fast stop can come first: our reference's slowest call under 1/20
+    # of the submission's fastest; either way the loop ends long before its budget)
+    r = _graded_where_floor_reachable(_slowed(0.06, min_t=0), MIN_ITERS)
     (t,) = r.timings
     prof = r.details["bench_profile"][t.name]
-    assert prof["floor_stop"] is True
+    assert prof["floor_stop"] is True, prof
     # ended by the floor, not by the loop's wall budget (which would take many more calls)
-    assert MIN_ITERS <= t.n <= MIN_ITERS + 2, prof
-    assert r.speedup == pytest.approx(1 / 4.0)  # the exercise's clamp is 4
+    assert t.n == FLOOR_FAST_ITERS or MIN_ITERS <= t.n <= MIN_ITERS + 2, prof
+    assert r.speedup == pytest.approx(1 / CLAMP)
     assert r.details["baseline"][t.name]["calls"] >= MIN_ITERS
 
 
 def test_a_submission_far_beyond_the_floor_stops_after_a_few_calls() -> None:
     # Every call 1.5 s longer than ours (a dense first attempt 1,000x our reference's time):
     # a few calls a side settle the floor; all of them are checked
-    r = _grade_stable(_slowed(1.5))
-    assert r.verdict is Verdict.PASS, r.output
+    r = _graded_where_floor_reachable(_slowed(1.5), FLOOR_FAST_ITERS)
     (t,) = r.timings
     prof = r.details["bench_profile"][t.name]
-    assert prof["floor_stop"] is True
+    assert prof["floor_stop"] is True, prof
     assert t.n == FLOOR_FAST_ITERS, prof
     # the warm-up's checks, then the loop's first batch's: every call of the loop
     assert FLOOR_FAST_ITERS <= FIRST_BATCH_CHECKS
@@ -204,7 +230,7 @@ def test_a_submission_far_beyond_the_floor_stops_after_a_few_calls() -> None:
     # judged at the floor too, after fewer loop calls than the checks need
     assert prof["warmup_judged"] == WARMUP_CALLS - 1
     assert FLOOR_FAST_ITERS < MIN_PLAUSIBLE_CALLS <= FLOOR_FAST_ITERS + prof["warmup_judged"]
-    assert r.speedup == pytest.approx(1 / 4.0)
+    assert r.speedup == pytest.approx(1 / CLAMP)
 
 
 def test_a_forged_clock_far_beyond_the_floor_is_still_caught() -> None:
