@@ -815,7 +815,9 @@ def _block_attention_cpu(
         out = torch.zeros((b, tq, hq, dv), dtype=q.dtype, device=q.device)
         lse = torch.full((b, hq, tq), float("-inf"), dtype=torch.float32, device=q.device)
         return out, lse
-    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, T, D] views
+    # fp32 maths and one rounding to the output dtype, as the Triton kernel does: in bf16 the
+    # op's lse was 2.6x off the ring exercise's tolerance for the honest kernel (5.3e-5)
+    qt, kt, vt = (x.transpose(1, 2).float() for x in (q, k, v))  # [B, H, T, D]
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     if not causal or shift >= tk - 1:
         # Every row sees every key (non-causal, or the whole KV block lies in the past).
@@ -823,13 +825,13 @@ def _block_attention_cpu(
     elif shift == 0:
         out, lse = op(qt, kt, vt, 0.0, True, scale=scale)
     else:
-        # Bool masks are rejected: an additive mask in q's dtype carries the global offsets.
+        # Bool masks are rejected: an additive mask (fp32, as the inputs now) carries the offsets.
         i = torch.arange(tq, device=q.device)[:, None]
         j = torch.arange(tk, device=q.device)[None, :]
-        bias = torch.zeros((tq, tk), dtype=q.dtype, device=q.device)
+        bias = torch.zeros((tq, tk), dtype=torch.float32, device=q.device)
         bias.masked_fill_(j > i + shift, float("-inf"))
         out, lse = op(qt, kt, vt, 0.0, False, attn_mask=bias, scale=scale)
-    out = out.transpose(1, 2).contiguous()  # [B, Tq, H, Dv]
+    out = out.transpose(1, 2).to(q.dtype).contiguous()  # [B, Tq, H, Dv]
     lse = lse.float().contiguous()  # [B, H, Tq]
     if causal and shift < 0:
         # Rows i < -shift see nothing: the op returns out 0 but lse 0 there.

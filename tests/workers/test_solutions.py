@@ -51,8 +51,14 @@ def graded() -> dict[str, object]:
         )
 
     todo = [(e, s) for e, s in SOLUTIONS if s.needs != "gpu"]
+    # the longest first, so that none is left running alone at the end: a TIMEOUT runs to its
+    # limit (ring's hangs: 71 s, last in the bank's order), a PASS through every test
+    plain = sorted(
+        (t for t in todo if not rehearsed(*t)),
+        key=lambda t: (t[1].expected is not Verdict.TIMEOUT, t[1].expected is not Verdict.PASS),
+    )
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        out = dict(pool.map(run, [t for t in todo if not rehearsed(*t)]))
+        out = dict(pool.map(run, plain))
     # Timed loops one at a time, on an otherwise quiet machine: the wall-clock checks compare
     # the grader's clock with the reported times, and two cores shared by three gradings delay
     # the grader's wake-ups by milliseconds (docs/grading.md).
