@@ -243,6 +243,28 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     assert (cache / "marker").exists(), "the trusted run did not get the shared cache"
 
 
+def test_only_the_submission_runs_triton_under_the_interpreter_on_cpu() -> None:
+    # a student's Triton needs the interpreter on CPU tensors; our reference takes its kernels'
+    # PyTorch paths (under the interpreter NSA's took 3.9 s a call, 1,500x a student's torch)
+    src = (
+        HONEST
+        + """
+import os
+INTERPRET = os.environ.get("TRITON_INTERPRET")
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    if INTERPRET != WANT:
+        raise RuntimeError(f"TRITON_INTERPRET is {INTERPRET!r}")
+    return _merge(out_a, lse_a, out_b, lse_b)
+"""
+    )
+    untrusted = run(src.replace("WANT", '"1"'))
+    assert untrusted.verdict is Verdict.PASS, untrusted.output
+    trusted = run(src.replace("WANT", "None"), trusted=True)
+    assert trusted.verdict is Verdict.PASS, trusted.output
+    assert run(src.replace("WANT", '"1"'), trusted=True).verdict is Verdict.RUNTIME_ERROR
+
+
 SYSCALLS = """
 import ctypes, os, platform
 libc = ctypes.CDLL(None, use_errno=True)
