@@ -34,9 +34,11 @@ HUMAN_REVIEW_FACTOR = 1.2  # below 1.2 x roofline floor: flagged for staff revie
 # Wall-clock plausibility (grader spec §5): the median call's parent wall time, less the
 # harness's per-call overhead O, must be accounted for by its reported time within
 # ABS + REL x the reported time. A clock slowed 4x leaves 75 % of every call unaccounted for.
-# CPU rehearsals share two cores with the rest of CI: wake-ups there take milliseconds.
+# That is 3x the reported time. CPU rehearsals share two cores with the rest of CI, where an
+# honest loop's median call once left 4.5 ms unaccounted for beside 3.6 ms reported (1.25x),
+# so a CPU job allows 1 ms + 1.5x: half of what the 4x clock leaves, at any call length.
 PLAUSIBLE_ABS_MS = {"cuda": 0.05, "cpu": 1.0}
-PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 0.25}
+PLAUSIBLE_REL = {"cuda": 0.1, "cpu": 1.5}
 MIN_PLAUSIBLE_CALLS = 5
 # The warm-up's last calls that the loop's integrity checks judge with the loop's own (the
 # first warm-up call never: it may compile or autotune). Warm-up calls go through the same
