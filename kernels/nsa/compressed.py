@@ -351,9 +351,11 @@ def nsa_compressed_fwd_kernel_v2(
     LSE_HI: tl.constexpr,  # pass 1 on k̃'s hi part only; pass 2 corrects (see v2h)
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    P1_MULT: tl.constexpr = 1,  # pass 1's key tiles are P1_MULT x BLOCK_C wide (no p·ṽ there)
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     BLOCK_S: tl.constexpr = BLOCK_C // RATIO
+    BLOCK_C1: tl.constexpr = BLOCK_C * P1_MULT
     P1_SPLIT: tl.constexpr = KC_SPLIT and not LSE_HI
     pid_t = tl.num_programs(0) - 1 - tl.program_id(0)  # heavy (late) position blocks first
     pid_bg = tl.program_id(1)
@@ -391,15 +393,17 @@ def nsa_compressed_fwd_kernel_v2(
     # ---- pass 1: row max and sum (base 2), m kept in scaled units; exact unless LSE_HI ----
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    for c0 in range(0, c_split, BLOCK_C):
-        c = c0 + cols
+    cols1 = tl.arange(0, BLOCK_C1)
+    c_split1 = (n_all // BLOCK_C1) * BLOCK_C1
+    for c0 in range(0, c_split1, BLOCK_C1):
+        c = c0 + cols1
         koff = c[None, :] * sk_t + offs_dk[:, None]
         qk = _qk_tile(q, kc_base, kcl_base, koff, offs_dk[:, None] < DK, DOT_F32, P1_SPLIT)
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
         l_i = l_i * tl.exp2(m_i - m_new) + tl.sum(tl.exp2(qk * qk_scale - m_new[:, None]), 1)
         m_i = m_new
-    for c0 in range(c_split, n_vis, BLOCK_C):  # causal edge: at most two tiles
-        c = c0 + cols
+    for c0 in range(c_split1, n_vis, BLOCK_C1):  # causal edge: at most two tiles
+        c = c0 + cols1
         koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
         kmask = (c[None, :] < n_vis) & (offs_dk[:, None] < DK)
         qk = _qk_tile(q, kc_base, kcl_base, koff, kmask, DOT_F32, P1_SPLIT)
