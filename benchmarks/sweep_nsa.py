@@ -53,36 +53,73 @@ class Cand(NamedTuple):
         return f"{meta} w{self.warps} s{self.stages}"
 
 
-def candidates(kernel: str) -> list[Cand]:
-    """The defaults first (each kernel's measured best so far), then the untried ones."""
-    out = []
-    if kernel in ("cmp", "both"):
-        for bm, bc, w, s in (
-            (128, 64, 8, 3),  # default
-            (128, 64, 4, 2),
-            (128, 64, 4, 3),
-            (256, 64, 8, 2),
-            (128, 64, 8, 4),
-            (256, 64, 8, 3),
-            (128, 128, 8, 2),
-            (128, 128, 8, 3),
-            (128, 128, 4, 2),
-            (64, 128, 4, 2),
-            (64, 64, 4, 3),
-            (128, 32, 4, 3),
-            (128, 32, 8, 3),
-        ):
-            out.append(Cand("cmp", (("BLOCK_M", bm), ("BLOCK_C", bc)), w, s))
-        # pass 1 (the row's lse: one QK̃ dot, no p·ṽ) on key tiles twice as wide
-        for bm, bc, w, s in ((128, 64, 8, 3), (128, 64, 8, 2), (128, 64, 4, 2), (128, 32, 8, 3)):
-            out.append(Cand("cmp", (("BLOCK_M", bm), ("BLOCK_C", bc), ("P1_MULT", 2)), w, s))
-    if kernel in ("slc", "both"):
-        for w, s in ((4, 3), (2, 3), (4, 2), (8, 2), (2, 2), (2, 4), (4, 4), (1, 3), (1, 4)):
-            out.append(Cand("slc", (("NUM_STAGES", s),), w, s))
-    return out
-
-
 _KERNELS = {"cmp": nsa_compressed_fwd_kernel_v2, "slc": nsa_selection_fwd_kernel_v2}
+
+
+def _from_config(kernel: str, c: triton.Config) -> Cand:
+    return Cand(kernel, tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages)
+
+
+#: each kernel's default (its autotuner's first config at import), the rows' yardstick
+DEFAULTS = {k: _from_config(k, kern.configs[0]) for k, kern in _KERNELS.items()}
+
+
+def candidates(kernel: str) -> list[Cand]:
+    """The current defaults first, then every other config measured so far."""
+    out: list[Cand] = []
+    if kernel in ("cmp", "both"):
+        out.append(DEFAULTS["cmp"])
+        # pass 1 (the row's lse: one QK̃ dot, no p·ṽ) on key tiles P1_MULT times as wide
+        for bm, bc, p1, w, s in (
+            (128, 64, 1, 8, 3),  # the default before 2026-12-02
+            (128, 64, 1, 4, 2),
+            (128, 64, 1, 4, 3),
+            (256, 64, 1, 8, 2),
+            (128, 64, 1, 8, 4),
+            (256, 64, 1, 8, 3),
+            (128, 128, 1, 8, 2),
+            (128, 128, 1, 4, 2),
+            (64, 128, 1, 4, 2),
+            (64, 64, 1, 4, 3),
+            (128, 32, 1, 4, 3),
+            (128, 32, 1, 8, 3),
+            (128, 64, 2, 8, 3),
+            (128, 64, 2, 8, 2),
+            (128, 64, 2, 4, 2),
+            (128, 32, 2, 8, 3),
+            (128, 128, 2, 8, 2),
+            (128, 64, 4, 8, 3),
+            (128, 64, 4, 8, 2),
+            (128, 32, 4, 8, 3),
+        ):
+            meta = {"BLOCK_M": bm, "BLOCK_C": bc, "P1_MULT": p1}
+            out.append(Cand("cmp", tuple(sorted(meta.items())), w, s))
+    if kernel in ("slc", "both"):
+        out.append(DEFAULTS["slc"])
+        # NUM_STAGES is the key loop's pipeline depth, num_stages the prologue's
+        for loop, w, s in (
+            (3, 4, 3),  # the default before 2026-12-02
+            (3, 2, 3),
+            (2, 4, 2),
+            (2, 8, 2),
+            (2, 2, 2),
+            (4, 2, 4),
+            (4, 4, 4),
+            (3, 1, 3),
+            (4, 1, 4),
+            (2, 1, 2),
+            (3, 1, 2),
+            (4, 1, 3),
+            (2, 1, 1),
+            (3, 1, 1),
+            (1, 1, 1),
+            (1, 2, 1),
+            (2, 2, 1),
+            (1, 4, 1),
+            (2, 4, 1),
+        ):
+            out.append(Cand("slc", (("NUM_STAGES", loop),), w, s))
+    return list(dict.fromkeys(out))  # the default once, first
 
 
 def use(c: Cand) -> None:
@@ -120,8 +157,8 @@ def _compile_some(chunk: list[Cand]) -> list[tuple[Cand, str]]:
     for c in chunk:
         try:
             if c.kernel == "slc" and idx is None:
-                use(candidates("cmp")[0])
-                idx = call(candidates("cmp")[0], x, None)()[2]
+                use(DEFAULTS["cmp"])
+                idx = call(DEFAULTS["cmp"], x, None)()[2]
             use(c)
             call(c, x, idx)()
         except Exception as exc:  # reported again by the timing pass
@@ -158,12 +195,12 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
     times: dict[Cand, dict[int, float]] = {c: {} for c in cands}
     for t in seqs:
         x = inputs(t)
-        base = candidates("cmp")[0]
+        base = DEFAULTS["cmp"]
         use(base)
         o_ref, lse_ref, idx = call(base, x, None)()
         if kernel == "slc":
-            use(cands[0])
-            o_ref, lse_ref = call(cands[0], x, idx)()
+            use(DEFAULTS["slc"])
+            o_ref, lse_ref = call(DEFAULTS["slc"], x, idx)()
         for c in cands:
             try:
                 use(c)
@@ -183,7 +220,7 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
         torch.cuda.empty_cache()
     last = seqs[-1]
     order = sorted(cands, key=lambda c: times[c].get(last, float("inf")))
-    d = cands[0]
+    d = DEFAULTS[kernel]
     name = "compressed v2h (attn + scores + top-n)" if kernel == "cmp" else "selection v2"
     print(f"\n## {name}: configs, ms (of the default's time), commit {commit()}")
     cols = " | ".join(f"T={_t(t)}" for t in seqs)
@@ -205,6 +242,7 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kernel", choices=["cmp", "slc", "both"], default="both")
+    ap.add_argument("--only", nargs="*", default=None, help="substrings of labels to keep")
     ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
     ap.add_argument("--jobs", type=int, default=8, help="parallel compile processes")
     ap.add_argument("--device", default="cuda", help="cpu: TRITON_INTERPRET=1, a smoke test")
@@ -219,6 +257,9 @@ def main() -> None:
     print("command: python3 " + " ".join(sys.argv))
     print(f"commit {commit()}", flush=True)
     cands = candidates(args.kernel)
+    if args.only:  # the defaults stay: every row is compared with them
+        keep = set(DEFAULTS.values())
+        cands = [c for c in cands if c in keep or any(o in c.label() for o in args.only)]
     chunks = [cands[i :: args.jobs] for i in range(args.jobs)]
     with mp.get_context("spawn").Pool(args.jobs) as pool:
         for part in pool.map(_compile_some, chunks if DEV == "cuda" else []):

@@ -223,10 +223,13 @@ def _slc_v2_configs() -> list[triton.Config]:
         return [triton.Config({"NUM_STAGES": 1}, num_warps=4, num_stages=1)]
     # ≤ 4 hand-picked configs, tuned only with NSA_AUTOTUNE=1 (benchmark); first = default.
     # The pipeline depth lives in the loop (NUM_STAGES), num_stages here is for the prologue.
+    # One warp and two stages measured best on one H200 (benchmarks/sweep_nsa.py, 2026-12-02:
+    # 0.73 / 0.79 of (4 warps, 3 stages)'s time at 16k / 64k): the 16 rows of a GQA group are
+    # one MMA's M, so more warps only split each gathered block's N; deeper pipelines lose.
     return autotune_configs(
         [
             triton.Config({"NUM_STAGES": s}, num_warps=w, num_stages=s)
-            for w, s in ((4, 3), (2, 3), (4, 2), (8, 2))
+            for w, s in ((1, 2), (1, 3), (2, 2), (4, 3))
         ]
     )
 
