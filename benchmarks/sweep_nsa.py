@@ -1,28 +1,33 @@
-"""Sweep the launch configurations of NSA's two largest forward kernels on one GPU (issue 19).
+"""Sweep the launch configurations of NSA's Triton kernels on one GPU (issue 19).
 
-    python benchmarks/sweep_nsa.py                       # compressed v2h and selection v2
-    python benchmarks/sweep_nsa.py --kernel cmp --seqs 65536 --jobs 12
+    python benchmarks/sweep_nsa.py                       # the forward's compressed and selection
+    python benchmarks/sweep_nsa.py --kernel slc_dq slc_kv --seqs 65536 --jobs 12   # backward
 
-The compressed branch (``v2h``: attention, block scores, top-n) and the selection branch
-(``v2``) are timed with each candidate config in turn, paper configuration (Hq 64, Hkv 4,
-D 128, bf16, random inputs as ``bench_nsa.py``'s), the autotuner's config list replaced by
-the one candidate. Every candidate is compiled first by ``--jobs`` processes in parallel
-(Triton's on-disk cache), then timed in this process (median CUDA-event time,
-``triton.testing.do_bench``). Each candidate's outputs are checked against the default
-config's on the same inputs: the compressed branch's top-n sets (share of rows equal) and
-outputs, the selection branch's outputs. Prints one table per kernel, fastest first.
+Kernels (``--kernel``): the forward's compressed branch ``cmp`` (``v2h``: attention, block
+scores, top-n) and selection ``slc`` (``v2``); the backward's ``slc_dq``, ``slc_kv``,
+``cmp_dq``, ``cmp_kv``, ``win_dq``, ``win_kv`` (each timed through its launch function on the
+forward's saved tensors, as ``bench_nsa.py --backward`` times them). Paper configuration (Hq
+64, Hkv 4, D 128, bf16, random inputs as ``bench_nsa.py``'s). Each candidate is a kernel's own
+config list (``NSA_AUTOTUNE=1``) plus the untried ones below, made the autotuner's only config
+in turn. Every candidate is compiled first by ``--jobs`` processes in parallel (Triton's
+on-disk cache), then timed in this process (median CUDA-event time, ``do_bench``), and its
+outputs checked against the kernel's default config (its first) on the same inputs. Prints
+one table per kernel, fastest first, each row's time also as a share of the default's.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+os.environ["NSA_AUTOTUNE"] = "1"  # before the kernels are imported: their whole config lists
+os.environ.pop("NSA_AUTOTUNE_MAX", None)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
@@ -30,18 +35,115 @@ import triton  # noqa: E402
 
 from benchmarks._common import commit, device_ready  # noqa: E402
 from kernels.nsa import NSAConfig  # noqa: E402
+from kernels.nsa import compressed as cmp_mod  # noqa: E402
+from kernels.nsa import compressed_bwd as cmp_bwd  # noqa: E402
+from kernels.nsa import selection as slc_mod  # noqa: E402
+from kernels.nsa import selection_bwd as slc_bwd  # noqa: E402
+from kernels.nsa import window_bwd as win_bwd  # noqa: E402
+from kernels.nsa._bwd_common import bwd_preprocess  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
-from kernels.nsa.compressed import COMPRESSED_IMPLS, nsa_compressed_fwd_kernel_v2  # noqa: E402
-from kernels.nsa.selection import nsa_selection_fwd_kernel_v2, selection_triton_v2  # noqa: E402
-from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
+from kernels.nsa.backward import _forward_parts  # noqa: E402
+from kernels.nsa.validate import check_nsa_args  # noqa: E402
 
 HQ, HKV, D = 64, 4, 128
-DEV = "cuda"  # --device cpu (with TRITON_INTERPRET=1, tiny --seqs) smoke-tests the script
+DEV = "cuda"  # --device cpu (with TRITON_INTERPRET=1, tiny shapes) smoke-tests the script
+
+# kernel → (title, autotuner, configs to try beside its own list: (meta, warps, stages))
+_CMP_EXTRA = [
+    ({"BLOCK_M": bm, "BLOCK_C": bc, "P1_MULT": p1}, w, s)
+    for bm, bc, p1, w, s in (
+        (128, 64, 1, 8, 3),  # the default before 2026-12-02
+        (128, 64, 1, 4, 2),
+        (128, 64, 1, 4, 3),
+        (128, 64, 1, 8, 4),
+        (256, 64, 1, 8, 3),
+        (128, 128, 1, 8, 2),
+        (128, 128, 1, 4, 2),
+        (64, 128, 1, 4, 2),
+        (64, 64, 1, 4, 3),
+        (128, 32, 1, 4, 3),
+        (128, 32, 1, 8, 3),
+        (128, 64, 2, 8, 2),
+        (128, 64, 2, 4, 2),
+        (128, 32, 2, 8, 3),
+        (128, 128, 2, 8, 2),
+        (128, 64, 4, 8, 2),
+        (128, 32, 4, 8, 3),
+    )
+]
+# NUM_STAGES is a key loop's pipeline depth, num_stages the prologue's
+_SLC_EXTRA = [
+    ({"NUM_STAGES": loop}, w, s)
+    for loop, w, s in (
+        (3, 4, 3),  # the default before 2026-12-02
+        (3, 2, 3),
+        (2, 4, 2),
+        (2, 8, 2),
+        (4, 2, 4),
+        (4, 4, 4),
+        (4, 1, 4),
+        (3, 1, 2),
+        (4, 1, 3),
+        (2, 1, 1),
+        (3, 1, 1),
+        (1, 1, 1),
+        (1, 2, 1),
+        (2, 2, 1),
+        (2, 4, 1),
+    )
+]
+# the backward's selection dq kernel tiles rows as the forward's does (16 rows of a GQA group)
+_SLC_DQ_EXTRA = [
+    ({"NUM_STAGES": loop}, w, s)
+    for loop, w, s in ((2, 1, 2), (3, 1, 3), (2, 2, 2), (3, 2, 3), (2, 1, 1), (1, 1, 1))
+]
+_SLC_KV_EXTRA = [
+    ({"BLOCK_M": bm}, w, s)
+    for bm, w, s in ((32, 2, 2), (32, 4, 3), (32, 1, 2), (64, 4, 3), (16, 1, 2), (16, 2, 2))
+]
+_BLOCKS_EXTRA = [  # compressed and window backward: BLOCK_M x BLOCK_C (or BLOCK_N)
+    (bm, bc, w, s)
+    for bm, bc, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 2))
+]
+KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
+    "cmp": (
+        "forward compressed v2h (attn + scores + top-n)",
+        cmp_mod.nsa_compressed_fwd_kernel_v2,
+        _CMP_EXTRA,
+    ),
+    "slc": ("forward selection v2", slc_mod.nsa_selection_fwd_kernel_v2, _SLC_EXTRA),
+    "slc_dq": ("backward selection dq", slc_bwd.nsa_selection_bwd_dq_kernel, _SLC_DQ_EXTRA),
+    "slc_kv": (
+        "backward selection dk+dv (incl. the block → queries map)",
+        slc_bwd.nsa_selection_bwd_dkdv_kernel,
+        _SLC_KV_EXTRA,
+    ),
+    "cmp_dq": (
+        "backward compressed dq",
+        cmp_bwd.nsa_compressed_bwd_dq_kernel,
+        [({"BLOCK_M": m, "BLOCK_C": c}, w, s) for m, c, w, s in _BLOCKS_EXTRA],
+    ),
+    "cmp_kv": (
+        "backward compressed dk̃+dṽ",
+        cmp_bwd.nsa_compressed_bwd_dkdv_kernel,
+        [({"BLOCK_M": m, "BLOCK_C": c}, w, s) for m, c, w, s in _BLOCKS_EXTRA],
+    ),
+    "win_dq": (
+        "backward window dq",
+        win_bwd.nsa_window_bwd_dq_kernel,
+        [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in _BLOCKS_EXTRA],
+    ),
+    "win_kv": (
+        "backward window dk+dv",
+        win_bwd.nsa_window_bwd_dkdv_kernel,
+        [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in _BLOCKS_EXTRA],
+    ),
+}
 
 
 class Cand(NamedTuple):
-    kernel: str  # "cmp" | "slc"
-    meta: tuple[tuple[str, int], ...]  # the config's constexprs
+    kernel: str
+    meta: tuple[tuple[str, int], ...]  # the config's constexprs, sorted
     warps: int
     stages: int
 
@@ -53,114 +155,130 @@ class Cand(NamedTuple):
         return f"{meta} w{self.warps} s{self.stages}"
 
 
-_KERNELS = {"cmp": nsa_compressed_fwd_kernel_v2, "slc": nsa_selection_fwd_kernel_v2}
+def _cand(kernel: str, meta: dict[str, int], warps: int, stages: int) -> Cand:
+    return Cand(kernel, tuple(sorted(meta.items())), warps, stages)
 
 
-def _from_config(kernel: str, c: triton.Config) -> Cand:
-    return Cand(kernel, tuple(sorted(c.kwargs.items())), c.num_warps, c.num_stages)
-
-
-#: each kernel's default (its autotuner's first config at import), the rows' yardstick
-DEFAULTS = {k: _from_config(k, kern.configs[0]) for k, kern in _KERNELS.items()}
+#: each kernel's own config list at import (the first is its default, the rows' yardstick)
+OWN = {
+    k: [_cand(k, c.kwargs, c.num_warps, c.num_stages) for c in tuner.configs]
+    for k, (_, tuner, _) in KERNELS.items()
+}
+DEFAULTS = {k: cands[0] for k, cands in OWN.items()}
 
 
 def candidates(kernel: str) -> list[Cand]:
-    """The current defaults first, then every other config measured so far."""
-    out: list[Cand] = []
-    if kernel in ("cmp", "both"):
-        out.append(DEFAULTS["cmp"])
-        # pass 1 (the row's lse: one QK̃ dot, no p·ṽ) on key tiles P1_MULT times as wide
-        for bm, bc, p1, w, s in (
-            (128, 64, 1, 8, 3),  # the default before 2026-12-02
-            (128, 64, 1, 4, 2),
-            (128, 64, 1, 4, 3),
-            (256, 64, 1, 8, 2),
-            (128, 64, 1, 8, 4),
-            (256, 64, 1, 8, 3),
-            (128, 128, 1, 8, 2),
-            (128, 128, 1, 4, 2),
-            (64, 128, 1, 4, 2),
-            (64, 64, 1, 4, 3),
-            (128, 32, 1, 4, 3),
-            (128, 32, 1, 8, 3),
-            (128, 64, 2, 8, 3),
-            (128, 64, 2, 8, 2),
-            (128, 64, 2, 4, 2),
-            (128, 32, 2, 8, 3),
-            (128, 128, 2, 8, 2),
-            (128, 64, 4, 8, 3),
-            (128, 64, 4, 8, 2),
-            (128, 32, 4, 8, 3),
-        ):
-            meta = {"BLOCK_M": bm, "BLOCK_C": bc, "P1_MULT": p1}
-            out.append(Cand("cmp", tuple(sorted(meta.items())), w, s))
-    if kernel in ("slc", "both"):
-        out.append(DEFAULTS["slc"])
-        # NUM_STAGES is the key loop's pipeline depth, num_stages the prologue's
-        for loop, w, s in (
-            (3, 4, 3),  # the default before 2026-12-02
-            (3, 2, 3),
-            (2, 4, 2),
-            (2, 8, 2),
-            (2, 2, 2),
-            (4, 2, 4),
-            (4, 4, 4),
-            (3, 1, 3),
-            (4, 1, 4),
-            (2, 1, 2),
-            (3, 1, 2),
-            (4, 1, 3),
-            (2, 1, 1),
-            (3, 1, 1),
-            (1, 1, 1),
-            (1, 2, 1),
-            (2, 2, 1),
-            (1, 4, 1),
-            (2, 4, 1),
-        ):
-            out.append(Cand("slc", (("NUM_STAGES", loop),), w, s))
-    return list(dict.fromkeys(out))  # the default once, first
+    """The default first, then the kernel's other configs, then the untried ones."""
+    extra = [_cand(kernel, m, w, s) for m, w, s in KERNELS[kernel][2]]
+    return list(dict.fromkeys(OWN[kernel] + extra))
 
 
 def use(c: Cand) -> None:
-    """Make ``c`` the kernel's only config (the autotuner then runs it without tuning)."""
-    kern = _KERNELS[c.kernel]
-    kern.configs = [c.config()]
-    kern.cache.clear()
+    """Make ``c`` its kernel's only config (the autotuner then runs it without tuning)."""
+    tuner = KERNELS[c.kernel][1]
+    tuner.configs = [c.config()]
+    tuner.cache.clear()
 
 
-def inputs(t: int) -> dict[str, torch.Tensor]:
+def setup(t: int) -> dict[str, Any]:
+    """Inputs at length t and the forward's saved tensors, every kernel at its default."""
+    for k in KERNELS:
+        use(DEFAULTS[k])
     cfg = NSAConfig()
     gen = torch.Generator(device=DEV).manual_seed(t)
     q = torch.randn(1, t, HQ, D, device=DEV, generator=gen).to(torch.bfloat16)
     k = torch.randn(1, t, HKV, D, device=DEV, generator=gen).to(torch.bfloat16)
     v = torch.randn(1, t, HKV, D, device=DEV, generator=gen).to(torch.bfloat16)
-    # as nsa_attention does for bf16 inputs: k̃ in fp32 split into fp16 hi + lo, ṽ in fp16
-    kc, kc_lo = _split_fp16(compress_mean_fast(k, cfg, torch.float32))
-    vc = compress_mean_fast(v, cfg, torch.float16)
-    return {"q": q, "k": k, "v": v, "kc": kc, "kc_lo": kc_lo, "vc": vc}
+    gates = torch.rand(1, t, HQ, 3, device=DEV, generator=gen)
+    dout = torch.randn(1, t, HQ, D, device=DEV, generator=gen).to(torch.bfloat16)
+    dims = check_nsa_args(q, k, v, gates, cfg, None, None, None)
+    parts = _forward_parts(q, k, v, gates, None, None, None, cfg, dims)
+    kc, kc_lo = _split_fp16(parts["kc32"]) if parts["split"] else (parts["kc32"].to(q.dtype), None)
+    f32 = {"dtype": torch.float32, "device": DEV}
+    return {
+        "cfg": cfg,
+        "scale": dims.scale,
+        "q": q,
+        "k": k,
+        "v": v,
+        "gates": gates,
+        "dout": dout,
+        "kc": kc,
+        "kc_lo": kc_lo,
+        "parts": parts,
+        "dd": bwd_preprocess(dout, *parts["o"]),
+        "dq": torch.zeros(q.shape, **f32),
+        "dk": torch.zeros(k.shape, **f32),
+        "dv": torch.zeros(v.shape, **f32),
+        "dkc": torch.zeros(parts["kc32"].shape, **f32),
+        "dvc": torch.zeros(parts["vc"].shape, **f32),
+    }
 
 
-def call(c: Cand, x: dict[str, torch.Tensor], idx: torch.Tensor | None) -> Callable[[], tuple]:
-    cfg, scale = NSAConfig(), D**-0.5
-    if c.kernel == "cmp":
-        fn = COMPRESSED_IMPLS["v2h"]
-        return lambda: fn(x["q"], x["kc"], x["vc"], cfg, scale, True, kc_lo=x["kc_lo"])
-    assert idx is not None
-    return lambda: selection_triton_v2(x["q"], x["k"], x["v"], idx, cfg, scale)
+def call(kernel: str, x: dict[str, Any]) -> tuple[Callable[[], object], Callable[[], tuple]]:
+    """(the timed call, a checked call: accumulators zeroed, one run, its outputs cloned)."""
+    cfg, scale, p = x["cfg"], x["scale"], x["parts"]
+    q, k, v, dout, dd, gates = x["q"], x["k"], x["v"], x["dout"], x["dd"], x["gates"]
+    lse_cmp, lse_slc, lse_win = p["lse"]
+    sel = (q, k, v, p["idx"], dout, lse_slc, dd, gates, cfg, scale)
+    cmpb = (q, p["kc32"], p["vc"], dout, lse_cmp, dd, gates, cfg, scale, p["split"])
+    win = (q, k, v, dout, lse_win, dd, gates, cfg.window, scale)
+    fns: dict[str, tuple[Callable[[], object], tuple[str, ...]]] = {
+        "cmp": (
+            lambda: cmp_mod.COMPRESSED_IMPLS["v2h"](
+                q, x["kc"], p["vc"], cfg, scale, True, kc_lo=x["kc_lo"]
+            ),
+            (),
+        ),
+        "slc": (lambda: slc_mod.selection_triton_v2(q, k, v, p["idx"], cfg, scale), ()),
+        "slc_dq": (
+            lambda: slc_bwd.selection_bwd_triton(*sel, dq=x["dq"], dk=None, dv=None, dq_acc=False),
+            ("dq",),
+        ),
+        "slc_kv": (  # adds into dk, dv
+            lambda: slc_bwd.selection_bwd_triton(*sel, dq=None, dk=x["dk"], dv=x["dv"]),
+            ("dk", "dv"),
+        ),
+        "cmp_dq": (
+            lambda: cmp_bwd.compressed_bwd_triton(
+                *cmpb, dq=x["dq"], dkc=None, dvc=None, dq_acc=False
+            ),
+            ("dq",),
+        ),
+        "cmp_kv": (
+            lambda: cmp_bwd.compressed_bwd_triton(*cmpb, dq=None, dkc=x["dkc"], dvc=x["dvc"]),
+            ("dkc", "dvc"),
+        ),
+        "win_dq": (
+            lambda: win_bwd.window_bwd_triton(*win, dq=x["dq"], dk=None, dv=None),
+            ("dq",),
+        ),
+        "win_kv": (
+            lambda: win_bwd.window_bwd_triton(*win, dq=None, dk=x["dk"], dv=x["dv"]),
+            ("dk", "dv"),
+        ),
+    }
+    fn, bufs = fns[kernel]
+
+    def checked() -> tuple:
+        if not bufs:  # the forward kernels return fresh tensors
+            return tuple(fn())  # type: ignore[arg-type]
+        for name in bufs:
+            x[name].zero_()
+        fn()
+        return tuple(x[name].clone() for name in bufs)
+
+    return fn, checked
 
 
 def _compile_some(chunk: list[Cand]) -> list[tuple[Cand, str]]:
-    x = inputs(1024)
-    idx = None
+    x = setup(1024)
     failed = []
     for c in chunk:
         try:
-            if c.kernel == "slc" and idx is None:
-                use(DEFAULTS["cmp"])
-                idx = call(DEFAULTS["cmp"], x, None)()[2]
             use(c)
-            call(c, x, idx)()
+            call(c.kernel, x)[0]()
+            use(DEFAULTS[c.kernel])
         except Exception as exc:  # reported again by the timing pass
             failed.append((c, repr(exc)[:160]))
     return failed
@@ -186,6 +304,16 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a[ok] - b[ok]).norm() / b[ok].norm().clamp_min(1e-30))
 
 
+def check(kernel: str, out: tuple, ref: tuple) -> str:
+    if kernel == "cmp":  # (o, lse, idx)
+        return (
+            f"sets {same_sets(out[2], ref[2]):.5f}, o {rel(out[0], ref[0]):.1e}, "
+            f"lse {rel(out[1], ref[1]):.1e}"
+        )
+    names = ("o", "lse") if kernel == "slc" else ("grad",) * len(out)
+    return ", ".join(f"{n} {rel(a, b):.1e}" for n, a, b in zip(names, out, ref, strict=True))
+
+
 def _t(t: int) -> str:
     return f"{t // 1024}k" if t % 1024 == 0 else str(t)
 
@@ -194,46 +322,36 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
     results: dict[Cand, dict[int, str]] = {c: {} for c in cands}
     times: dict[Cand, dict[int, float]] = {c: {} for c in cands}
     for t in seqs:
-        x = inputs(t)
-        base = DEFAULTS["cmp"]
-        use(base)
-        o_ref, lse_ref, idx = call(base, x, None)()
-        if kernel == "slc":
-            use(DEFAULTS["slc"])
-            o_ref, lse_ref = call(DEFAULTS["slc"], x, idx)()
+        x = setup(t)
+        ref = call(kernel, x)[1]()  # the default's outputs (setup left every kernel there)
         for c in cands:
             try:
                 use(c)
-                fn = call(c, x, idx)
-                out = fn()
-                chk = f"o {rel(out[0], o_ref):.1e}, lse {rel(out[1], lse_ref):.1e}"
-                if kernel == "cmp":
-                    chk = f"sets {same_sets(out[2], idx):.5f}, " + chk
-                del out
+                fn, checked = call(kernel, x)
+                chk = check(kernel, checked(), ref)
                 ms = bench(fn)
                 times[c][t] = ms
                 results[c][t] = chk
                 print(f"  {kernel} T={t:6d} {c.label():34s} {ms:8.3f} ms  {chk}", flush=True)
             except Exception as exc:  # a config that fails must not hide the others
                 print(f"  {kernel} T={t:6d} {c.label()}: FAILED {exc!r}"[:240], flush=True)
-        del x, o_ref, lse_ref, idx
-        torch.cuda.empty_cache()
+        use(DEFAULTS[kernel])
+        del x, ref
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
     last = seqs[-1]
     order = sorted(cands, key=lambda c: times[c].get(last, float("inf")))
     d = DEFAULTS[kernel]
-    name = "compressed v2h (attn + scores + top-n)" if kernel == "cmp" else "selection v2"
-    print(f"\n## {name}: configs, ms (of the default's time), commit {commit()}")
+    print(f"\n## {KERNELS[kernel][0]}: configs, ms (of the default's time), commit {commit()}")
     cols = " | ".join(f"T={_t(t)}" for t in seqs)
     print(f"| config | {cols} | check at T={_t(last)} vs the default |")
     print("|" + "---|" * (len(seqs) + 2))
     for c in order:
         cells = []
         for t in seqs:
-            ms = times[c].get(t)
-            ref = times[d].get(t)
-            cells.append(
-                "FAILED" if ms is None else f"{ms:.2f}" + (f" ({ms / ref:.3f})" if ref else "")
-            )
+            ms, base = times[c].get(t), times[d].get(t)
+            share = f" ({ms / base:.3f})" if ms is not None and base else ""
+            cells.append("FAILED" if ms is None else f"{ms:.2f}{share}")
         tag = " (default)" if c == d else ""
         print(f"| {c.label()}{tag} | " + " | ".join(cells) + f" | {results[c].get(last, '')} |")
     print(flush=True)
@@ -241,7 +359,7 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--kernel", choices=["cmp", "slc", "both"], default="both")
+    ap.add_argument("--kernel", nargs="+", choices=list(KERNELS), default=["cmp", "slc"])
     ap.add_argument("--only", nargs="*", default=None, help="substrings of labels to keep")
     ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
     ap.add_argument("--jobs", type=int, default=8, help="parallel compile processes")
@@ -256,19 +374,18 @@ def main() -> None:
         return
     print("command: python3 " + " ".join(sys.argv))
     print(f"commit {commit()}", flush=True)
-    cands = candidates(args.kernel)
+    cands = [c for k in args.kernel for c in candidates(k)]
     if args.only:  # the defaults stay: every row is compared with them
         keep = set(DEFAULTS.values())
         cands = [c for c in cands if c in keep or any(o in c.label() for o in args.only)]
-    chunks = [cands[i :: args.jobs] for i in range(args.jobs)]
-    with mp.get_context("spawn").Pool(args.jobs) as pool:
-        for part in pool.map(_compile_some, chunks if DEV == "cuda" else []):
-            for c, err in part:
-                print(f"compile {c.label()}: failed {err}", flush=True)
-    for kernel in ("cmp", "slc"):
-        mine = [c for c in cands if c.kernel == kernel]
-        if mine:
-            sweep(kernel, args.seqs, mine)
+    if DEV == "cuda":
+        chunks = [cands[i :: args.jobs] for i in range(args.jobs)]
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            for part in pool.map(_compile_some, chunks):
+                for c, err in part:
+                    print(f"compile {c.kernel} {c.label()}: failed {err}", flush=True)
+    for kernel in args.kernel:
+        sweep(kernel, args.seqs, [c for c in cands if c.kernel == kernel])
 
 
 if __name__ == "__main__":
