@@ -101,10 +101,14 @@ _SLC_KV_EXTRA = [
     ({"BLOCK_M": bm}, w, s)
     for bm, w, s in ((32, 2, 2), (32, 4, 3), (32, 1, 2), (64, 4, 3), (16, 1, 2), (16, 2, 2))
 ]
-_BLOCKS_EXTRA = [  # compressed and window backward: BLOCK_M x BLOCK_C (or BLOCK_N)
-    (bm, bc, w, s)
-    for bm, bc, w, s in ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 2))
-]
+_BLOCKS = ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 2))
+
+
+def _tiles(key_tile: str) -> list[tuple[dict[str, int], int, int]]:
+    """Compressed and window backward: BLOCK_M x (BLOCK_C or BLOCK_N) tiles to try."""
+    return [({"BLOCK_M": m, key_tile: n}, w, s) for m, n, w, s in _BLOCKS]
+
+
 KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
     "cmp": (
         "forward compressed v2h (attn + scores + top-n)",
@@ -121,22 +125,22 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
     "cmp_dq": (
         "backward compressed dq",
         cmp_bwd.nsa_compressed_bwd_dq_kernel,
-        [({"BLOCK_M": m, "BLOCK_C": c}, w, s) for m, c, w, s in _BLOCKS_EXTRA],
+        _tiles("BLOCK_C"),
     ),
     "cmp_kv": (
         "backward compressed dk̃+dṽ",
         cmp_bwd.nsa_compressed_bwd_dkdv_kernel,
-        [({"BLOCK_M": m, "BLOCK_C": c}, w, s) for m, c, w, s in _BLOCKS_EXTRA],
+        _tiles("BLOCK_C"),
     ),
     "win_dq": (
         "backward window dq",
         win_bwd.nsa_window_bwd_dq_kernel,
-        [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in _BLOCKS_EXTRA],
+        _tiles("BLOCK_N"),
     ),
     "win_kv": (
         "backward window dk+dv",
         win_bwd.nsa_window_bwd_dkdv_kernel,
-        [({"BLOCK_M": m, "BLOCK_N": n}, w, s) for m, n, w, s in _BLOCKS_EXTRA],
+        _tiles("BLOCK_N"),
     ),
 }
 
