@@ -14,7 +14,10 @@
 
 k̃ arrives in fp32. The QK̃ logits are recomputed in the forward's storage precision: fp32
 dots for fp32 inputs; k̃ rounded to fp16 when the forward split it into fp16 hi + lo
-(KC_SPLIT); else k̃ rounded to q's dtype. The backward drops the lo part on purpose: the
+(KC_SPLIT); else k̃ rounded to q's dtype. The host rounds k̃ (and ṽ, to dout's dtype) once
+into the kernels' operand dtypes, so the key loops load 16-bit tiles and convert nothing:
+converting each fp32 k̃ tile in the dq loop, twice, cost about as many instructions per
+tile as its three dots. The backward drops the lo part on purpose: the
 forward needed fp32-grade logits only so that near-tied block scores pick the reference's
 top-n; here an fp16 k̃ moves the logits by ≈ 2^-12 relative, less than the bf16 rounding of
 dout and ṽ in the other dots, and the second QK̃ dot would cost ≈ 2/9 of this branch's
@@ -41,9 +44,10 @@ SEG_ROWS = 65536
 def _configs(kv: bool) -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 32}, num_warps=4, num_stages=1)]
-    # First = default: tuned over all of them on one H200 at 64k, paper config (2026-12-01):
-    # dq 128 x 64 with 8 warps, dk̃/dṽ 64 x 64 with 4 warps (both 2 stages).
-    first = (64, 64, 4, 2) if kv else (128, 64, 8, 2)
+    # First = default, the measured best on one H200 at 64k, paper config: dk̃/dṽ 64 x 64
+    # with 4 warps, 2 stages (2026-12-01); dq 128 x 64 with 8 warps, 3 stages (sweep_nsa.py,
+    # 2026-12-02: 0.882 of 2 stages' time at 64k, 0.945 at 16k).
+    first = (64, 64, 4, 2) if kv else (128, 64, 8, 3)
     rest = ((128, 64, 8, 2), (64, 128, 8, 2), (64, 32, 4, 3), (64, 64, 8, 2), (64, 64, 4, 2))
     return autotune_configs(
         [
@@ -55,14 +59,14 @@ def _configs(kv: bool) -> list[triton.Config]:
 
 @triton.jit
 def _logits(q, q16, kct, DOT_F32: tl.constexpr, KC_SPLIT: tl.constexpr):
-    """Unscaled q·k̃ᵀ [M, C] fp32 from q [M, Dk] (q's dtype; q16 its fp16 copy) and the fp32
-    k̃ tile transposed, kct [Dk, C] (KC_SPLIT: its fp16 rounding, the forward's hi part)."""
+    """Unscaled q·k̃ᵀ [M, C] fp32 from q [M, Dk] (q's dtype; q16 its fp16 copy) and the k̃
+    tile transposed, kct [Dk, C], already in the logits' dtype (``_operands``)."""
     if DOT_F32:
         s = tl.dot(q.to(tl.float32), kct, input_precision="ieee")
     elif KC_SPLIT:
-        s = tl.dot(q16, kct.to(tl.float16))
+        s = tl.dot(q16, kct)
     else:
-        s = tl.dot(q, kct.to(q.dtype))
+        s = tl.dot(q, kct)
     return s
 
 
@@ -76,7 +80,8 @@ def _dq_tile(
     gate,
     dd,
     t,  # [BLOCK_M] positions of the rows
-    KC,
+    KL,
+    KQ,
     VC,
     c_row,
     c0,
@@ -106,9 +111,9 @@ def _dq_tile(
     else:
         kmask = offs_dk[:, None] < DK
         vmask = offs_dv[:, None] < DV
-    kct = tl.load(KC + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)  # fp32
+    kct = tl.load(KL + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)
     vct = tl.load(VC + crow[None, :] * DV + offs_dv[:, None], mask=vmask, other=0.0)
-    vct = vct.to(do.dtype)  # [BLOCK_DV, BLOCK_C]
+    vct = vct.to(do.dtype)  # [BLOCK_DV, BLOCK_C]; a no-op: the host cast ṽ to do's dtype
     s = _logits(q, q16, kct, DOT_F32, KC_SPLIT) * qk_scale
     if MASKED:
         vis = cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
@@ -117,7 +122,8 @@ def _dq_tile(
         p = tl.exp2(s - lse2[:, None])
     dp = mma(do, vct, DOT_F32)
     ds = p * gate[:, None] * (dp - dd[:, None])
-    return dq + mma(ds.to(q.dtype), tl.trans(kct).to(q.dtype), DOT_F32)
+    kq = tl.load(KQ + crow[:, None] * DK + offs_dk[None, :], mask=tl.trans(kmask), other=0.0)
+    return dq + mma(ds.to(q.dtype), kq, DOT_F32)  # kq: [BLOCK_C, BLOCK_DK] in q's dtype
 
 
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
@@ -129,8 +135,9 @@ def _dq_tile(
 @triton.jit
 def nsa_compressed_bwd_dq_kernel(
     Q,  # [B, T, Hq, Dk]
-    KC,  # [B, Tc, Hkv, Dk] fp32 k̃
-    VC,  # [B, Tc, Hkv, Dv] ṽ (any float dtype)
+    KL,  # [B, Tc, Hkv, Dk] k̃ in the logits' dtype (``_operands``)
+    KQ,  # [B, Tc, Hkv, Dk] k̃ in q's dtype (fp32 under DOT_F32), for ds·k̃
+    VC,  # [B, Tc, Hkv, Dv] ṽ in dout's dtype (fp32 under DOT_F32)
     DO,  # [B, T, Hq, Dv]
     LSE,  # [B, T, Hq] fp32 lse_cmp
     DD,  # [B, T, Hq, 3] fp32
@@ -194,12 +201,12 @@ def nsa_compressed_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
     for c0 in range(0, c_split, BLOCK_C):
         dq = _dq_tile(
-            dq, q, q16, do, lse2, gate, dd, t, KC, VC, c_row, c0, n_vis, qk_scale,
+            dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
             HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, False,
         )  # fmt: skip
     for c0 in range(c_split, n_vis, BLOCK_C):
         dq = _dq_tile(
-            dq, q, q16, do, lse2, gate, dd, t, KC, VC, c_row, c0, n_vis, qk_scale,
+            dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
             HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, True,
         )  # fmt: skip
     dq = dq * sm_scale
@@ -278,8 +285,8 @@ def _dkdv_tile(
 @triton.jit
 def nsa_compressed_bwd_dkdv_kernel(
     Q,  # [B, T, Hq, Dk]
-    KC,  # [B, Tc, Hkv, Dk] fp32
-    VC,  # [B, Tc, Hkv, Dv]
+    KL,  # [B, Tc, Hkv, Dk] k̃ in the logits' dtype (``_operands``)
+    VC,  # [B, Tc, Hkv, Dv] ṽ in dout's dtype (fp32 under DOT_F32)
     DO,  # [B, T, Hq, Dv]
     LSE,  # [B, T, Hq] fp32 lse_cmp
     DD,  # [B, T, Hq, 3] fp32
@@ -321,7 +328,7 @@ def nsa_compressed_bwd_dkdv_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     kmask = cin[None, :] & (offs_dk[:, None] < DK)
     vmask = cin[:, None] & (offs_dv[None, :] < DV)
-    kct = tl.load(KC + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)  # fp32
+    kct = tl.load(KL + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)
     vc = tl.load(VC + crow[:, None] * DV + offs_dv[None, :], mask=vmask, other=0.0)
     dkc = tl.zeros([BLOCK_DK, BLOCK_C], tl.float32)  # dk̃ᵀ
     dvc = tl.zeros([BLOCK_C, BLOCK_DV], tl.float32)
@@ -355,6 +362,22 @@ def nsa_compressed_bwd_dkdv_kernel(
     tl.store(DVC + orow[:, None] * DV + offs_dv[None, :], dvc, mask=vmask)
 
 
+def _operands(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, dout: torch.Tensor, kc_split: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k̃ for the logits, k̃ for ds·k̃, ṽ for dout·ṽᵀ: each in its dot's operand dtype.
+
+    The logits' k̃ is fp16 when the forward split k̃ (its hi part), else q's dtype; ds·k̃
+    takes q's dtype; fp32 throughout for fp32 inputs (DOT_F32). [B, Tc, Hkv, ·], a few MiB.
+    """
+    if dot_f32(q.dtype):
+        kf = kc.float().contiguous()
+        return kf, kf, vc.float().contiguous()
+    kq = kc.to(q.dtype).contiguous()
+    kl = kc.to(torch.float16).contiguous() if kc_split else kq
+    return kl, kq, vc.to(dout.dtype).contiguous()
+
+
 def compressed_bwd_triton(
     q: torch.Tensor,
     kc: torch.Tensor,
@@ -382,6 +405,7 @@ def compressed_bwd_triton(
     b, t, hq, dk_dim = q.shape
     tc, hkv, dv_dim = kc.shape[1], kc.shape[2], vc.shape[3]
     g = hq // hkv
+    kl, kq, vq = _operands(q, kc, vc, dout, kc_split)
     common = {
         "HKV": hkv,
         "G": g,
@@ -394,14 +418,27 @@ def compressed_bwd_triton(
         "DOT_F32": dot_f32(q.dtype),
         "KC_SPLIT": kc_split and not dot_f32(q.dtype),
     }
-    args = (q, kc, vc, dout, lse, dd, gates)
     if dq is not None:
 
         def grid_q(meta: dict[str, int]) -> tuple[int, int]:
             return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
 
         nsa_compressed_bwd_dq_kernel[grid_q](
-            *args, dq, t, tc, scale * LOG2E, scale, ACC=dq_acc, **common
+            q,
+            kl,
+            kq,
+            vq,
+            dout,
+            lse,
+            dd,
+            gates,
+            dq,
+            t,
+            tc,
+            scale * LOG2E,
+            scale,
+            ACC=dq_acc,
+            **common,
         )
     if dkc is not None and dvc is not None:
         seg = max(1, SEG_ROWS // g)  # query positions per segment
@@ -416,7 +453,21 @@ def compressed_bwd_triton(
             return (triton.cdiv(tc, meta["BLOCK_C"]), nseg, b * hkv)
 
         nsa_compressed_bwd_dkdv_kernel[grid_c](
-            *args, part_k, part_v, t, tc, seg, scale * LOG2E, scale, **common
+            q,
+            kl,
+            vq,
+            dout,
+            lse,
+            dd,
+            gates,
+            part_k,
+            part_v,
+            t,
+            tc,
+            seg,
+            scale * LOG2E,
+            scale,
+            **common,
         )
         if nseg > 1:
             torch.sum(part_k, dim=0, out=dkc)

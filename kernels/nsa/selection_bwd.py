@@ -39,12 +39,13 @@ def _dq_configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"NUM_STAGES": 1}, num_warps=4, num_stages=1)]
     # As the forward's selection v2: the loop's depth is NUM_STAGES (tl.range), num_stages
-    # the prologue's. First = default: tuned over all of them on one H200 at 64k, paper
-    # config (2026-12-01): 4 warps, 2 stages (26.3 ms; 4 warps, 3 stages 27.5).
+    # the prologue's. First = default, the measured best on one H200 at 64k, paper config:
+    # 2 warps, 2 stages (sweep_nsa.py, 2026-12-02: 0.943 / 0.951 of 4 warps' time at 64k /
+    # 16k; one warp, the forward's best, took 1.5x: three dots per tile, not two).
     return autotune_configs(
         [
             triton.Config({"NUM_STAGES": s}, num_warps=w, num_stages=s)
-            for w, s in ((4, 2), (4, 3), (2, 3), (8, 3), (4, 4))
+            for w, s in ((2, 2), (4, 2), (4, 3), (2, 3), (8, 3), (4, 4))
         ]
     )
 

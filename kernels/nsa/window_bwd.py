@@ -22,28 +22,26 @@ from kernels.nsa._bwd_common import LOG2E, row_stats
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 
 
-def _configs() -> list[triton.Config]:
+def _configs(dq: bool) -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    # First = default: tuned over all of them on one H200 at 64k, paper config (2026-12-01),
-    # 64 x 64 tiles, 4 warps, 2 stages won for dq and for dk/dv; the rest for NSA_AUTOTUNE=1.
+    # First = default, the measured best on one H200 at 64k, paper config: dk/dv 64 x 64
+    # tiles, 4 warps, 2 stages (2026-12-01); dq 128 x 32 with 8 warps (sweep_nsa.py,
+    # 2026-12-02: 0.938 / 0.951 of 64 x 64's time at 64k / 16k). The rest for NSA_AUTOTUNE=1.
+    tiles = [(64, 64, 4, 2), (128, 64, 8, 2), (64, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 2)]
+    if dq:
+        tiles.insert(0, (128, 32, 8, 2))
     return autotune_configs(
         [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=st)
-            for bm, bn, w, st in (
-                (64, 64, 4, 2),
-                (128, 64, 8, 2),
-                (64, 128, 8, 2),
-                (64, 64, 4, 3),
-                (64, 64, 8, 2),
-            )
+            for bm, bn, w, st in tiles
         ]
     )
 
 
 # restore_value: tuning runs the kernel repeatedly, and with ACC each run adds into DQ again
 @triton.autotune(
-    configs=_configs(),
+    configs=_configs(dq=True),
     key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "ACC"],
     restore_value=["DQ"],
 )
@@ -131,7 +129,7 @@ def nsa_window_bwd_dq_kernel(
     tl.store(dq_ptr, dq, mask=qmask)
 
 
-@triton.autotune(configs=_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV"])
+@triton.autotune(configs=_configs(dq=False), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV"])
 @triton.jit
 def nsa_window_bwd_dkdv_kernel(
     Q,  # [B, T, Hq, Dk]

@@ -10,6 +10,8 @@ import torch
 
 import kernels.nsa.attention as nsa_attention_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
+from kernels.nsa.compressed_bwd import compressed_bwd_triton
+from kernels.nsa.config import num_cmp_blocks
 from tests.kernels.test_nsa_utils import (
     MID,
     assert_lse_close,
@@ -346,3 +348,79 @@ def test_gpu_backward_matches_cpu_path_fp32() -> None:
         strict=True,
     ):
         assert err_ratio(b.cpu(), a) < 1e-5
+
+
+def _compressed_grads_emulated(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    dout: torch.Tensor,
+    lse: torch.Tensor,
+    dd: torch.Tensor,
+    gates: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk̃, dṽ of the compressed branch as the split-k̃ kernels round their operands:
+    logits from fp16 q and fp16 k̃, dout·ṽᵀ with bf16 ṽ, ds and g·p rounded to bf16 before
+    the dots with bf16 k̃, q and dout; fp32 sums. Shapes as ``compressed_bwd_triton``'s."""
+    bf, hf = torch.bfloat16, torch.float16
+    g = q.shape[2] // kc.shape[2]
+    kl = kc.to(hf).float().repeat_interleave(g, dim=2)  # [B, Tc, Hq, Dk]
+    kq = kc.to(bf).float().repeat_interleave(g, dim=2)
+    vq = vc.to(bf).float().repeat_interleave(g, dim=2)
+    qf, dof = q.float(), dout.float()
+    s = torch.einsum("bthd,bchd->bhtc", q.to(hf).float(), kl) * scale
+    t = torch.arange(q.shape[1], device=q.device)[:, None]
+    c = torch.arange(kc.shape[1], device=q.device)[None, :]
+    vis = c * cfg.cmp_stride + cfg.cmp_block - 1 <= t  # [T, Tc]
+    lse_t = lse.transpose(1, 2)[..., None]  # [B, Hq, T, 1]
+    p = torch.where(vis, torch.exp(s - lse_t), 0.0)
+    gate = gates[..., 0].float().transpose(1, 2)[..., None]
+    dp = torch.einsum("bthd,bchd->bhtc", dof, vq)
+    pg = p * gate
+    ds = (pg * (dp - dd[..., 0].transpose(1, 2)[..., None])).to(bf).float()
+    dq = torch.einsum("bhtc,bchd->bthd", ds, kq) * scale
+    fold = (q.shape[0], kc.shape[1], kc.shape[2], g, -1)  # sum each group's G heads
+    dkc = (torch.einsum("bhtc,bthd->bchd", ds, qf) * scale).reshape(fold).sum(3)
+    dvc = torch.einsum("bhtc,bthd->bchd", pg.to(bf).float(), dof).reshape(fold).sum(3)
+    return dq, dkc, dvc
+
+
+def test_gpu_compressed_backward_rounds_split_k_as_designed() -> None:
+    """bf16 inputs split k̃ (fp16 hi + lo) in the forward; the compressed backward then
+    takes the logits from k̃'s fp16 rounding and ds·k̃ from its bf16 one, each a host-made
+    copy (``compressed_bwd._operands``). An fp32 emulation of exactly those roundings
+    matches to 1e-4; bf16 logits, or the two copies swapped, are off by ≈ 1e-3. G = 16,
+    D = 128, T = 1500: the default configs' interior and edge tiles."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    b, t, hkv, g, d = 1, 1500, 2, 16, 128
+    cfg = PAPER
+    tc = num_cmp_blocks(t, cfg)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    q = (2 * randn(b, t, hkv * g, d)).to(torch.bfloat16)
+    kc = randn(b, tc, hkv, d)  # fp32, as the forward keeps it
+    vc = randn(b, tc, hkv, d).to(torch.float16)
+    dout = randn(b, t, hkv * g, d).to(torch.bfloat16)
+    gates = torch.rand(b, t, hkv * g, 3, generator=gen, device="cuda")
+    dd = randn(b, t, hkv * g, 3)
+    scale = d**-0.5
+    # lse of the fp16 logits, so p sums to 1 per row (rows that see nothing: −inf)
+    kl = kc.half().float().repeat_interleave(g, 2)
+    s = torch.einsum("bthd,bchd->bhtc", q.half().float(), kl) * scale
+    vis = torch.arange(tc, device="cuda")[None, :] * cfg.cmp_stride + cfg.cmp_block - 1
+    vis = vis <= torch.arange(t, device="cuda")[:, None]
+    lse = torch.logsumexp(torch.where(vis, s, float("-inf")), -1).transpose(1, 2).contiguous()
+    dq = torch.full(q.shape, float("nan"), device="cuda")
+    dkc = torch.full(kc.shape, float("nan"), device="cuda")
+    dvc = torch.full(vc.shape, float("nan"), device="cuda")
+    compressed_bwd_triton(
+        q, kc, vc, dout, lse, dd, gates, cfg, scale, True, dq=dq, dkc=dkc, dvc=dvc, dq_acc=False
+    )
+    want = _compressed_grads_emulated(q, kc, vc, dout, lse, dd, gates, cfg, scale)
+    for name, got, ref in zip(("dq", "dk̃", "dṽ"), (dq, dkc, dvc), want, strict=True):
+        er = err_ratio(got, ref)
+        assert er < 1e-4, f"{name} err_ratio {er:.2e}"
