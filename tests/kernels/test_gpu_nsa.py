@@ -391,8 +391,10 @@ def test_gpu_compressed_backward_rounds_split_k_as_designed() -> None:
     """bf16 inputs split k̃ (fp16 hi + lo) in the forward; the compressed backward then
     takes the logits from k̃'s fp16 rounding and ds·k̃ from its bf16 one, each a host-made
     copy (``compressed_bwd._operands``). An fp32 emulation of exactly those roundings
-    matches to 1e-4; bf16 logits, or the two copies swapped, are off by ≈ 1e-3. G = 16,
-    D = 128, T = 1500: the default configs' interior and edge tiles."""
+    matches to ≈ 1.5e-4 (ds and g·p near a bf16 rounding boundary may round the other way);
+    logits from bf16 q and k̃ (the unsplit path) are 4.3e-3 off, and the two copies
+    swapped do not compile (H200, 2026-12-02). G = 16, D = 128, T = 1500: the default
+    configs' interior and edge tiles."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     b, t, hkv, g, d = 1, 1500, 2, 16, 128
     cfg = PAPER
@@ -423,4 +425,4 @@ def test_gpu_compressed_backward_rounds_split_k_as_designed() -> None:
     want = _compressed_grads_emulated(q, kc, vc, dout, lse, dd, gates, cfg, scale)
     for name, got, ref in zip(("dq", "dk̃", "dṽ"), (dq, dkc, dvc), want, strict=True):
         er = err_ratio(got, ref)
-        assert er < 1e-4, f"{name} err_ratio {er:.2e}"
+        assert er < 5e-4, f"{name} err_ratio {er:.2e}"
