@@ -41,7 +41,7 @@ from kernels.nsa.config import NSAConfig
 SEG_ROWS = 65536
 
 
-def _configs(kv: bool) -> list[triton.Config]:
+def _configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 32}, num_warps=4, num_stages=1)]
     # First = default, the measured best on one H200, paper config (sweep_nsa.py, 2026-12-02):
@@ -128,7 +128,7 @@ def _dq_tile(
 
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
 @triton.autotune(
-    configs=_configs(False),
+    configs=_configs(),
     key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC"],
     restore_value=["DQ"],
 )
@@ -281,7 +281,7 @@ def _dkdv_tile(
     return dkc, dvc
 
 
-@triton.autotune(configs=_configs(True), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT"])
+@triton.autotune(configs=_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT"])
 @triton.jit
 def nsa_compressed_bwd_dkdv_kernel(
     Q,  # [B, T, Hq, Dk]
