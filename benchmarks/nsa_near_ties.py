@@ -1,13 +1,15 @@
-"""How often NSA's top-n block choice is a near tie, and what scoring on k̃'s bf16 part alone
-would get wrong (issue 19: the "exact arithmetic only near ties" idea, measured before anyone
-builds it).
+"""How often NSA's top-n block choice is a near tie, and what scoring on k̃'s 16-bit hi part
+alone would get wrong (issue 19: the "exact arithmetic only near ties" idea, measured before
+anyone builds it).
 
-Our forward scores the compressed keys k̃ as two bf16 parts (hi + lo), so that its top-n
-matches an fp32 reference on at least 99.95 % of rows. Dropping the lo part would save about a
-third of the compressed branch's second pass, but only pays if the rows whose choice it could
-change are few enough to re-score exactly afterwards (under about 0.5 %). This script computes,
+Our forward scores the compressed keys k̃ as two fp16 parts (hi + lo,
+``attention._split_fp16``), so that its top-n matches an fp32 reference on at least 99.95 % of
+rows. Dropping the lo part would save about a third of the compressed branch's second pass,
+but only pays if the rows whose choice it could change are few enough to re-score exactly
+afterwards (under about 0.5 %). This script computes,
 for random inputs of the paper configuration (as ``bench_nsa.py``), each row's block scores
-twice: in fp64 from fp32 k̃ (the truth) and in fp32 from bf16 k̃ (hi only), and prints
+twice: in fp64 from fp32 k̃ (the truth) and in fp32 from k̃'s hi part alone (``--hi``: fp16,
+the kernel's part; bf16 the first measurement's), and prints
 
 - the rows whose top-n (forced blocks aside) differs between the two: what hi-only would get
   wrong without a re-score;
@@ -34,6 +36,8 @@ from benchmarks._common import commit  # noqa: E402
 from kernels.nsa.config import NSAConfig  # noqa: E402
 from kernels.nsa.naive import _masked_softmax, block_scores, compress_mean  # noqa: E402
 
+HI_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
 
 def row_scores(
     q: torch.Tensor,
@@ -45,7 +49,7 @@ def row_scores(
 ) -> torch.Tensor:
     """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions) as the naive reference
     makes them (forced blocks +inf, ineligible -inf), in ``dtype``; q [T, Hq, D] bf16, kc
-    [Tc, Hkv, D] (fp32 or bf16-rounded)."""
+    [Tc, Hkv, D] (fp32, or its hi part)."""
     hq, d = q.shape[1], q.shape[2]
     hkv, tc = kc.shape[1], kc.shape[0]
     scale = cfg.scale if cfg.scale is not None else d**-0.5
@@ -63,7 +67,7 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     q = torch.randn(seq, args.hq, args.dim, generator=gen).to(dev, torch.bfloat16)
     k = torch.randn(seq, args.hkv, args.dim, generator=gen).to(dev, torch.bfloat16)
     kc = compress_mean(k[None], cfg)[0]  # [Tc, Hkv, D] fp32
-    kc_hi = kc.to(torch.bfloat16).float()
+    kc_hi = kc.to(HI_DTYPES[args.hi]).float()
     n = cfg.sel_count
     decided = differ = 0
     near = {1: 0, 2: 0, 4: 0}
@@ -111,13 +115,15 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1024, help="query rows scored at once")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--hi", choices=list(HI_DTYPES), default="fp16", help="k̃'s hi part")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu (small --seqs)")
     cfg = NSAConfig()
     print(
         f"# nsa_near_ties.py, commit {commit()}, {args.device}, Hq {args.hq} / Hkv {args.hkv} / "
-        f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}"
+        f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}, "
+        f"hi part {args.hi}"
     )
     print(
         "| T | rows x KV heads decided | hi-only top-n differs | worst hi-only error "
