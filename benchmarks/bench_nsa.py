@@ -372,8 +372,11 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
         ts = -(-t // cfg.sel_block)
         sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
-        ms = timed("top-n alone (incl. sort)", t, lambda: topn_triton(sa, sb, t, HKV, cfg), None)
-        cell("top-n alone (incl. sort)", t, ms, None)
+        picks = topn_triton(sa, sb, t, HKV, cfg, banded=False)
+        for banded, row in ((False, "top-n alone (incl. sort)"), (True, "top-n alone, banded")):
+            ms = timed(row, t, lambda b=banded: topn_triton(sa, sb, t, HKV, cfg, banded=b), None)
+            same = torch.equal(topn_triton(sa, sb, t, HKV, cfg, banded=banded), picks)
+            cell(row, t, ms, None, "" if not banded else f"picks equal: {same}")
 
         # selection branch, random and local queries (same indices for every variant)
         _, _, idx_loc = compressed_triton(q_loc, kc, vc, cfg, scale, True, kc_lo=kc_lo)

@@ -6,6 +6,12 @@ by one block while loading), forces the initial and local blocks, masks the bloc
 complete at the position, and picks the n best: n rounds of (max, smallest index attaining
 it), so ties go to the smaller block index exactly. The picks are sorted in registers and
 written ascending, −1 padded.
+
+A position p can choose only blocks j ≤ p // l′, so rows may be launched in bands of
+positions, each as wide as its last row needs (16, 32, …, the full power of two ≥ Ts; a band
+ends where the next width starts): at 64k, paper config, the average row is then 683 blocks
+wide instead of 1024, and a band's narrower rows go more to a program. The picks are the same
+either way (tested); ``BANDED`` stays off until the GPU has timed it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ import triton.language as tl
 
 from kernels.nsa._triton_common import interpreting, pow2
 from kernels.nsa.config import NSAConfig
+
+#: Launch the rows in bands of their own width (``_bands``) unless a caller says otherwise.
+#: Off until measured on the GPU (``bench_nsa.py --variants`` times both).
+BANDED = False
 
 
 @triton.jit
@@ -29,7 +39,8 @@ def nsa_topn_kernel(
     si_b,
     si_t,
     si_h,
-    T,
+    T0,  # the band's first position
+    T_HI,  # one past its last (≤ T)
     TS,
     HKV: tl.constexpr,
     L_CMP: tl.constexpr,
@@ -47,13 +58,13 @@ def nsa_topn_kernel(
     pid_bg = tl.program_id(1)
     b = pid_bg // HKV
     g = pid_bg % HKV
-    t = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
+    t = T0 + pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
     j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
     # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
     # unwritten by the compressed kernel), so they are masked rather than loaded.
     num = t + 1 - L_CMP
     imax = tl.where(num >= 0, num // D_STRIDE, -1)
-    row_ok = t < T
+    row_ok = t < T_HI
     va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
     vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
     vb = vb & (j[None, :] < TS)
@@ -90,43 +101,64 @@ def topn_triton(
     hkv: int,
     cfg: NSAConfig,
     alloc: object = torch.empty,
+    banded: bool | None = None,
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
-    (written in that order by the kernel: no sort on the host)."""
+    (written in that order by the kernel: no sort on the host). banded: launch the rows in
+    bands of their width (None: ``BANDED``)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
-    block_ts = pow2(ts, 16)
-    # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
-    block_r = max(1, min(64, 16384 // block_ts))
-    if interpreting():
-        block_r = max(block_r, 16)
-    nsa_topn_kernel[(triton.cdiv(t, block_r), b * hkv)](
-        sa,
-        sb,
-        picks,
-        sa.stride(0),
-        sa.stride(1),
-        sa.stride(2),
-        picks.stride(0),
-        picks.stride(1),
-        picks.stride(2),
-        t,
-        ts,
-        HKV=hkv,
-        L_CMP=cfg.cmp_block,
-        D_STRIDE=cfg.cmp_stride,
-        RATIO=cfg.sel_block // cfg.cmp_stride,
-        L_SEL=cfg.sel_block,
-        N_SEL=n,
-        N_INIT=cfg.sel_init,
-        N_LOCAL=cfg.sel_local,
-        BLOCK_R=block_r,
-        BLOCK_TS=block_ts,
-        N_PAD=pow2(n, 1),
-        num_warps=4 if block_ts <= 1024 else 8,
-    )
+    if BANDED if banded is None else banded:
+        bands = _bands(t, ts, cfg.sel_block)
+    else:
+        bands = [(0, t, pow2(ts, 16))]
+    for t0, t_hi, width in bands:
+        # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
+        block_r = max(1, min(64, 16384 // width))
+        if interpreting():
+            block_r = max(block_r, 16)
+        nsa_topn_kernel[(triton.cdiv(t_hi - t0, block_r), b * hkv)](
+            sa,
+            sb,
+            picks,
+            sa.stride(0),
+            sa.stride(1),
+            sa.stride(2),
+            picks.stride(0),
+            picks.stride(1),
+            picks.stride(2),
+            t0,
+            t_hi,
+            ts,
+            HKV=hkv,
+            L_CMP=cfg.cmp_block,
+            D_STRIDE=cfg.cmp_stride,
+            RATIO=cfg.sel_block // cfg.cmp_stride,
+            L_SEL=cfg.sel_block,
+            N_SEL=n,
+            N_INIT=cfg.sel_init,
+            N_LOCAL=cfg.sel_local,
+            BLOCK_R=block_r,
+            BLOCK_TS=width,
+            N_PAD=pow2(n, 1),
+            num_warps=4 if width <= 1024 else 8,
+        )
     return picks
+
+
+def _bands(t: int, ts: int, sel_block: int) -> list[tuple[int, int, int]]:
+    """(first position, one past the last, blocks loaded per row) of each launch: positions
+    whose eligible blocks j ≤ p // l′ fit in width w, from w = 16 up to pow2(Ts)."""
+    full = pow2(ts, 16)
+    bands = []
+    lo, width = 0, 16
+    while lo < t:
+        hi = t if width >= full else min(t, width * sel_block)  # p // l′ < width
+        if hi > lo:
+            bands.append((lo, hi, width))
+        lo, width = hi, width * 2
+    return bands
 
 
 __all__ = ["nsa_topn_kernel", "topn_triton"]
