@@ -113,8 +113,7 @@ def _dq_tile(
         kmask = offs_dk[:, None] < DK
         vmask = offs_dv[:, None] < DV
     kct = tl.load(KL + crow[None, :] * DK + offs_dk[:, None], mask=kmask, other=0.0)
-    vct = tl.load(VC + crow[None, :] * DV + offs_dv[:, None], mask=vmask, other=0.0)
-    vct = vct.to(do.dtype)  # [BLOCK_DV, BLOCK_C]; a no-op: the host cast ṽ to do's dtype
+    vct = tl.load(VC + crow[None, :] * DV + offs_dv[:, None], mask=vmask, other=0.0)  # do's dtype
     s = _logits(q, q16, kct, DOT_F32, KC_SPLIT) * qk_scale
     if MASKED:
         vis = cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
@@ -282,7 +281,7 @@ def _dkdv_tile(
     else:
         pg = tl.exp2(s - lse2[:, None]) * gate[:, None]
     dvc += mma(tl.trans(pg).to(do.dtype), do, DOT_F32)
-    dp = mma(do, tl.trans(vc).to(do.dtype), DOT_F32)  # [BLOCK_M, BLOCK_C]
+    dp = mma(do, tl.trans(vc), DOT_F32)  # [BLOCK_M, BLOCK_C]; vc in do's dtype (_operands)
     ds = pg * (dp - dd[:, None])
     dkc += mma(tl.trans(q), ds.to(q.dtype), DOT_F32)  # [BLOCK_DK, BLOCK_C]
     return dkc, dvc

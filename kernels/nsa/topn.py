@@ -109,10 +109,8 @@ def topn_triton(
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
-    if BANDED if banded is None else banded:
-        bands = _bands(t, ts, cfg.sel_block)
-    else:
-        bands = [(0, t, pow2(ts, 16))]
+    use_bands = BANDED if banded is None else banded
+    bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     for t0, t_hi, width in bands:
         # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
         block_r = max(1, min(64, 16384 // width))
