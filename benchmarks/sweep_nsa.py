@@ -109,12 +109,6 @@ def _tiles(key_tile: str) -> list[tuple[dict[str, int], int, int]]:
     return [({"BLOCK_M": m, key_tile: n}, w, s) for m, n, w, s in _BLOCKS]
 
 
-# the dk̃/dṽ kernel reading q's fp16 copy for its logits (LOAD_Q16, not yet in its configs)
-_CMP_KV_Q16 = [
-    ({"BLOCK_M": m, "BLOCK_C": 64, "LOAD_Q16": 1}, w, s)
-    for m, w, s in ((128, 8, 3), (128, 8, 2), (64, 4, 2))
-]
-
 KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
     "cmp": (
         "forward compressed v2h (attn + scores + top-n)",
@@ -136,7 +130,7 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
     "cmp_kv": (
         "backward compressed dk̃+dṽ",
         cmp_bwd.nsa_compressed_bwd_dkdv_kernel,
-        _tiles("BLOCK_C") + _CMP_KV_Q16,
+        _tiles("BLOCK_C"),
     ),
     "win_dq": (
         "backward window dq",

@@ -223,7 +223,6 @@ def _dkdv_tile(
     kct,
     vc,
     Q,
-    Q16,
     DO,
     LSE,
     DD,
@@ -246,7 +245,6 @@ def _dkdv_tile(
     BLOCK_DV: tl.constexpr,
     DOT_F32: tl.constexpr,
     KC_SPLIT: tl.constexpr,
-    USE_Q16: tl.constexpr,  # load q's fp16 copy (Q16) for the logits instead of converting q
     BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr,  # False: rows all in the segment, all seeing every real block
 ):
@@ -270,11 +268,7 @@ def _dkdv_tile(
         q = q.to(tl.float32)
         do = do.to(tl.float32)
     lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 0)
-    if USE_Q16:
-        q16 = tl.load(Q16 + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
-    else:
-        q16 = q.to(tl.float16)
-    s = _logits(q, q16, kct, DOT_F32, KC_SPLIT) * qk_scale  # [BLOCK_M, C]
+    s = _logits(q, q.to(tl.float16), kct, DOT_F32, KC_SPLIT) * qk_scale  # [BLOCK_M, C]
     if MASKED:
         vis = row_ok[:, None] & cin[None, :] & (c[None, :] * D_STRIDE + (L_CMP - 1) <= t[:, None])
         pg = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0) * gate[:, None]  # g·p
@@ -291,7 +285,6 @@ def _dkdv_tile(
 @triton.jit
 def nsa_compressed_bwd_dkdv_kernel(
     Q,  # [B, T, Hq, Dk]
-    Q16,  # [B, T, Hq, Dk] q in fp16 when a config has LOAD_Q16 and KC_SPLIT, else unused
     KL,  # [B, Tc, Hkv, Dk] k̃ in the logits' dtype (``_operands``)
     VC,  # [B, Tc, Hkv, Dv] ṽ in dout's dtype (fp32 under DOT_F32)
     DO,  # [B, T, Hq, Dv]
@@ -317,13 +310,9 @@ def nsa_compressed_bwd_dkdv_kernel(
     KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    # An experiment for the config sweep (not in _configs until measured): the logits' fp16 q
-    # read from a host-made copy instead of converted from q on every query tile
-    LOAD_Q16: tl.constexpr = 0,
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     HQ: tl.constexpr = HKV * G
-    USE_Q16: tl.constexpr = LOAD_Q16 == 1 and KC_SPLIT
     pid_c = tl.program_id(0)  # early blocks (seen by the most queries) launch first
     pid_s = tl.program_id(1)
     pid_bg = tl.program_id(2)
@@ -356,21 +345,18 @@ def nsa_compressed_bwd_dkdv_kernel(
     t_tail = t_mid + tl.maximum(seg_hi - t_mid, 0) // BLOCK_T * BLOCK_T
     for t0 in range(t_begin, tl.minimum(t_mid, seg_hi), BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, Q16, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T,
-            qk_scale, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT,
-            USE_Q16, BLOCK_M, True,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
         )  # fmt: skip
     for t0 in range(t_mid, t_tail, BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, Q16, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T,
-            qk_scale, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT,
-            USE_Q16, BLOCK_M, False,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, False,
         )  # fmt: skip
     for t0 in range(t_tail, seg_hi, BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, Q16, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T,
-            qk_scale, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT,
-            USE_Q16, BLOCK_M, True,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
         )  # fmt: skip
     tl.store(DKC + orow[None, :] * DK + offs_dk[:, None], dkc * sm_scale, mask=kmask)
     tl.store(DVC + orow[:, None] * DV + offs_dv[None, :], dvc, mask=vmask)
@@ -466,12 +452,8 @@ def compressed_bwd_triton(
         def grid_c(meta: dict[str, int]) -> tuple[int, int, int]:
             return (triton.cdiv(tc, meta["BLOCK_C"]), nseg, b * hkv)
 
-        # q's fp16 copy only if a config may read it (1 GiB at 64k, paper config)
-        tuned = nsa_compressed_bwd_dkdv_kernel.configs
-        load_q16 = common["KC_SPLIT"] and any(c.kwargs.get("LOAD_Q16", 0) for c in tuned)
         nsa_compressed_bwd_dkdv_kernel[grid_c](
             q,
-            q.to(torch.float16) if load_q16 else q,
             kl,
             vq,
             dout,
