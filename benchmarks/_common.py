@@ -25,11 +25,18 @@ def git(args: list[str], cwd: Path) -> str:
 def commit(repo: Path = REPO) -> str:
     """Short hash of ``repo``'s HEAD (+ "-dirty" with uncommitted changes to tracked files).
 
-    KGRADE_COMMIT wins: a ``git archive`` export run on the GPU machine has no .git of its
-    own, and git then finds a parent folder's, which may be stale.
+    A ``git archive`` export (what runs on the GPU machine) has no .git of its own, and git
+    would find a parent folder's, which may be another commit: there ``benchmarks/COMMIT``
+    names the exported commit (``export-subst`` in .gitattributes fills it in; in a checkout
+    it still holds the placeholder). KGRADE_COMMIT wins over both.
     """
     if os.environ.get("KGRADE_COMMIT"):
         return os.environ["KGRADE_COMMIT"]
+    stamp = repo / "benchmarks" / "COMMIT"
+    if stamp.is_file():
+        exported = stamp.read_text().strip()
+        if exported and not exported.startswith("$Format"):
+            return exported
     sha = git(["rev-parse", "--short", "HEAD"], repo)
     if not sha:
         return "unknown"

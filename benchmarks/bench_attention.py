@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
+from benchmarks._common import commit  # noqa: E402
 from kernels.attention import block_attention  # noqa: E402
 from kernels.attention.backends import resolve_backend  # noqa: E402
 from kernels.attention.block_attention import (  # noqa: E402
@@ -194,7 +195,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         print("CUDA is not available: this benchmark needs a GPU")
         return
-    print(torch.__version__, triton.__version__, torch.cuda.get_device_name(), flush=True)
+    print(
+        f"commit {commit()}; torch {torch.__version__}, triton {triton.__version__}, "
+        f"{torch.cuda.get_device_name()}",
+        flush=True,
+    )
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/inductor")
     if args.quick:
         shapes = [(2, 4096, 16, 128)]

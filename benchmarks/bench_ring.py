@@ -55,6 +55,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from benchmarks._common import commit  # noqa: E402
+
 # NVLink multicast stays off on these machines (shared hosts); keep it off in the children too.
 for _k, _v in (
     ("NCCL_NVLS_ENABLE", "0"),
@@ -401,7 +403,7 @@ def _title(world: int, device: torch.device, dtype: torch.dtype, args: argparse.
     return (
         f"Ring attention, P={world} x {name}, causal, B={args.batch}, Hq={args.heads}, "
         f"Hkv={args.kv_heads}, D={args.dim}, {str(dtype).replace('torch.', '')}; torch "
-        f"{torch.__version__}, triton {tri}; {datetime.date.today().isoformat()}"
+        f"{torch.__version__}, triton {tri}; commit {commit()}; {datetime.date.today().isoformat()}"
     )
 
 
