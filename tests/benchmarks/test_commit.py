@@ -24,8 +24,7 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def _export(tmp_path: Path) -> Path:
-    """``git archive HEAD``, unpacked inside this checkout's parent folder's reach: as
-    out/runNN is, so a bare ``git rev-parse`` there would name some other commit."""
+    """This checkout's ``git archive HEAD`` (its benchmarks/ only), unpacked in ``tmp_path``."""
     data = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)
     dest = tmp_path / "export"
     with tarfile.open(fileobj=io.BytesIO(data.stdout)) as tar:
@@ -53,13 +52,27 @@ def test_an_export_names_the_exported_commit(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("in_git")
 def test_an_export_inside_another_repository_still_names_its_own(tmp_path: Path) -> None:
-    # out/runNN of an older commit, unpacked below a checkout whose HEAD has moved on
+    # out/runNN of an older commit, unpacked below a checkout whose HEAD has moved on: git
+    # there would answer with the outer checkout's HEAD
     outer = tmp_path / "outer"
     outer.mkdir()
     _git("init", "-q", cwd=outer)
-    (outer / "benchmarks").mkdir()
-    (outer / "benchmarks" / "COMMIT").write_text("1234abc\n")
-    assert commit(outer) == "1234abc"
+    _git(
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "x",
+        cwd=outer,
+    )
+    export = outer / "out" / "run37"
+    (export / "benchmarks").mkdir(parents=True)
+    (export / "benchmarks" / "COMMIT").write_text("1234abc\n")
+    assert commit(export) == "1234abc"
 
 
 @pytest.mark.usefixtures("in_git")
