@@ -281,12 +281,14 @@ def nsa_selection_fwd_kernel_v2(
     DK: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_M: tl.constexpr,  # pow2 ≥ max(16, R·G)
-    BLOCK_K: tl.constexpr,
+    BLOCK_KF: tl.constexpr,  # pow2 ≥ l′ (≤ 128): a whole selected block's key tile
     BLOCK_DK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     DOT_F32: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
 ):
+    BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
     N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
     pid_r = tl.program_id(0)
     pid_bg = tl.program_id(1)
@@ -464,7 +466,7 @@ def selection_triton_v2(
         DK=dk,
         DV=dv,
         BLOCK_M=pow2(r * g),
-        BLOCK_K=block_k,
+        BLOCK_KF=block_k,
         BLOCK_DK=pow2(dk),
         BLOCK_DV=pow2(dv),
         DOT_F32=dot_f32(q.dtype),

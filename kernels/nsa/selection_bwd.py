@@ -93,13 +93,15 @@ def nsa_selection_bwd_dq_kernel(
     DV: tl.constexpr,
     BLOCK_M: tl.constexpr,  # pow2 ≥ max(16, R·G)
     BLOCK_N: tl.constexpr,  # pow2 ≥ n
-    BLOCK_K: tl.constexpr,
+    BLOCK_KF: tl.constexpr,  # pow2 ≥ l′ (≤ 128): a whole selected block's key tile
     BLOCK_DK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     ACC: tl.constexpr,
     DOT_F32: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
 ):
+    BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
     HQ: tl.constexpr = HKV * G
     N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
     pid_r = tl.program_id(0)
@@ -348,7 +350,6 @@ def selection_bwd_triton(
         "N_SEL": n,
         "DK": dk_dim,
         "DV": dv_dim,
-        "BLOCK_K": block_k,
         "BLOCK_DK": pow2(dk_dim),
         "BLOCK_DV": pow2(dv_dim),
         "DOT_F32": dot_f32(q.dtype),
@@ -363,7 +364,7 @@ def selection_bwd_triton(
             uni, cnt = idx, idx
         nsa_selection_bwd_dq_kernel[(-(-t // r), b * hkv)](
             q, k, v, idx, uni, cnt, dout, lse, dd, gates, dq, t, scale * LOG2E, scale,
-            R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1), ACC=dq_acc, **dims,
+            R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1), BLOCK_KF=block_k, ACC=dq_acc, **dims,
         )  # fmt: skip
     if dk is not None and dv is not None:
         ts = -(-t // lp)
@@ -371,5 +372,5 @@ def selection_bwd_triton(
         qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk)
         nsa_selection_bwd_dkdv_kernel[(max_chunks, b * hkv)](
             q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, t, ts,
-            scale * LOG2E, scale, CHUNK=chunk, BLOCK_TS=pow2(ts), **dims,
+            scale * LOG2E, scale, CHUNK=chunk, BLOCK_K=block_k, BLOCK_TS=pow2(ts), **dims,
         )  # fmt: skip

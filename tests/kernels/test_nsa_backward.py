@@ -21,6 +21,7 @@ import kernels.nsa.attention as nsa_attention_mod
 import kernels.nsa.compressed_bwd as compressed_bwd_mod
 import kernels.nsa.selection_bwd as selection_bwd_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
+from kernels.nsa._triton_common import interpreting
 from kernels.nsa.config import num_cmp_blocks
 from tests.kernels.test_nsa_utils import err_ratio, make_inputs
 
@@ -34,6 +35,8 @@ ODD_RATIO = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=24, sel_count=4, win
 # mask-free tiles (dq's interior blocks, dk̃/dṽ's interior query tiles) run under the
 # interpreter's 32-wide tiles, not only their masked edges.
 FINE = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=8, sel_count=4, window=16)
+# l′ = 64 as in the paper: the selection kernels' block tile can be split into key sub-tiles
+SUBTILES = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=64, sel_count=3, sel_local=1, window=32)
 NAMES = ("q", "k", "v", "gates", "k_cmp", "v_cmp")
 
 
@@ -226,6 +229,32 @@ def test_16bit_dot_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     x = _inputs(1, 67, 4, 2, 16, 32, torch.float16, CFG, seed=13)
     got, want, _ = _run(x, CFG, ("q", "k", "v", "gates"))
     _check(got, want, torch.float16)
+
+
+@pytest.mark.skipif(not interpreting(), reason="key tiles exist only in the Triton kernels")
+@pytest.mark.parametrize(
+    ("ksplit", "cfg", "t"), [(2, SUBTILES, 203), (4, SUBTILES, 203), (2, CFG, 97)]
+)
+def test_selection_key_subtiles(
+    ksplit: int, cfg: NSAConfig, t: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The selection forward and dq kernels walking each selected block in KSPLIT key tiles
+    (l′ = 64: tiles of 32 or 16 keys, online softmax across them) give the reference's output
+    and gradients; with l′ = 16 a split would leave tiles under tl.dot's 16, so it is ignored."""
+    import triton
+
+    import kernels.nsa.selection as selection_mod
+
+    for tuner in (
+        selection_mod.nsa_selection_fwd_kernel_v2,
+        selection_bwd_mod.nsa_selection_bwd_dq_kernel,
+    ):
+        conf = triton.Config({"NUM_STAGES": 1, "KSPLIT": ksplit}, num_warps=4, num_stages=1)
+        monkeypatch.setattr(tuner, "configs", [conf])
+        monkeypatch.setattr(tuner, "cache", {})
+    x = _inputs(1, t, 16, 1, 16, 16, torch.float32, cfg, seed=ksplit)
+    got, want, _ = _run(x, cfg, ("q", "k", "v", "gates"))
+    _check(got, want, torch.float32)
 
 
 def test_double_backward() -> None:
