@@ -107,6 +107,9 @@ _KSPLIT = [
         (4, 4, 1, 4),
         (4, 6, 1, 4),
         (4, 4, 2, 4),
+        (4, 2, 1, 2),
+        (2, 2, 1, 1),
+        (2, 3, 1, 2),
     )
 ]
 _SLC_EXTRA += [({"NUM_STAGES": loop, "KSPLIT": ks}, w, s) for ks, loop, w, s in _KSPLIT]

@@ -219,17 +219,18 @@ _SLC_V3_R = 2  # positions per program for v3 (R·G rows); KGRADE_NSA_SELECTION_
 
 
 def _slc_v2_configs() -> list[triton.Config]:
-    if interpreting():
-        return [triton.Config({"NUM_STAGES": 1}, num_warps=4, num_stages=1)]
+    if interpreting():  # KSPLIT as on the GPU, so the CPU tests run the default's key tiles
+        return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 2}, num_warps=4, num_stages=1)]
     # ≤ 4 hand-picked configs, tuned only with NSA_AUTOTUNE=1 (benchmark); first = default.
     # The pipeline depth lives in the loop (NUM_STAGES), num_stages here is for the prologue.
-    # One warp and two stages measured best on one H200 (benchmarks/sweep_nsa.py, 2026-12-02:
-    # 0.73 / 0.79 of (4 warps, 3 stages)'s time at 16k / 64k): the 16 rows of a GQA group are
-    # one MMA's M, so more warps only split each gathered block's N; deeper pipelines lose.
+    # One warp: the 16 rows of a GQA group are one MMA's M, so more warps only split each
+    # gathered block's N (sweep_nsa.py, 2026-12-02: 0.73 / 0.79 of 4 warps' time at 16k / 64k).
+    # Half-block key tiles (KSPLIT 2) with 3 stages: 0.968 / 0.972 of whole blocks with 2
+    # stages at 16k / 64k (run 40, 2026-12-03): each stage holds half the gathered bytes.
     return autotune_configs(
         [
-            triton.Config({"NUM_STAGES": s}, num_warps=w, num_stages=s)
-            for w, s in ((1, 2), (1, 3), (2, 2), (4, 3))
+            triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
+            for ks, w, s in ((2, 1, 3), (2, 1, 2), (1, 1, 2), (1, 1, 3))
         ]
     )
 

@@ -36,16 +36,16 @@ CHUNK_ROWS = 2048
 
 
 def _dq_configs() -> list[triton.Config]:
-    if interpreting():
-        return [triton.Config({"NUM_STAGES": 1}, num_warps=4, num_stages=1)]
+    if interpreting():  # KSPLIT as on the GPU, so the CPU tests run the default's key tiles
+        return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 2}, num_warps=4, num_stages=1)]
     # As the forward's selection v2: the loop's depth is NUM_STAGES (tl.range), num_stages
-    # the prologue's. First = default, the measured best on one H200 at 64k, paper config:
-    # 2 warps, 2 stages (sweep_nsa.py, 2026-12-02: 0.943 / 0.951 of 4 warps' time at 64k /
-    # 16k; one warp, the forward's best, took 1.5x: three dots per tile, not two).
+    # the prologue's. First = default, the measured best on one H200, paper config: half-block
+    # key tiles (KSPLIT 2), one warp, 2 stages (run 40, 2026-12-03: 0.871 / 0.876 of whole
+    # blocks with 2 warps at 16k / 64k; whole blocks with one warp had taken 1.5x).
     return autotune_configs(
         [
-            triton.Config({"NUM_STAGES": s}, num_warps=w, num_stages=s)
-            for w, s in ((2, 2), (4, 2), (4, 3), (2, 3), (8, 3), (4, 4))
+            triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
+            for ks, w, s in ((2, 1, 2), (1, 2, 2), (1, 4, 2), (2, 1, 3), (1, 4, 3), (1, 2, 3))
         ]
     )
 
