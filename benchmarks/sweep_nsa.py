@@ -95,7 +95,7 @@ _SLC_EXTRA = [
 # Half- and quarter-block key tiles (KSPLIT 2, 4): each pipeline stage holds 2x / 4x fewer
 # gathered K/V bytes in shared memory, so more programs fit on an SM at the same depth.
 _KSPLIT = [
-    (ks, loop, w, s)
+    ({"NUM_STAGES": loop, "KSPLIT": ks}, w, s)
     for ks, loop, w, s in (
         (2, 2, 1, 2),
         (2, 3, 1, 3),
@@ -112,12 +112,12 @@ _KSPLIT = [
         (2, 3, 1, 2),
     )
 ]
-_SLC_EXTRA += [({"NUM_STAGES": loop, "KSPLIT": ks}, w, s) for ks, loop, w, s in _KSPLIT]
+_SLC_EXTRA += _KSPLIT
 # the backward's selection dq kernel tiles rows as the forward's does (16 rows of a GQA group)
 _SLC_DQ_EXTRA = [
     ({"NUM_STAGES": loop}, w, s)
     for loop, w, s in ((2, 1, 2), (3, 1, 3), (2, 2, 2), (3, 2, 3), (2, 1, 1), (1, 1, 1))
-] + [({"NUM_STAGES": loop, "KSPLIT": ks}, w, s) for ks, loop, w, s in _KSPLIT]
+] + _KSPLIT
 _SLC_KV_EXTRA = [
     ({"BLOCK_M": bm}, w, s)
     for bm, w, s in ((32, 2, 2), (32, 4, 3), (32, 1, 2), (64, 4, 3), (16, 1, 2), (16, 2, 2))

@@ -16,9 +16,11 @@ from dataclasses import replace
 
 import pytest
 import torch
+import triton
 
 import kernels.nsa.attention as nsa_attention_mod
 import kernels.nsa.compressed_bwd as compressed_bwd_mod
+import kernels.nsa.selection as selection_mod
 import kernels.nsa.selection_bwd as selection_bwd_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
 from kernels.nsa._triton_common import interpreting
@@ -238,10 +240,6 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
     in 2 (the GPU's default) or 4 key tiles of 32 or 16 keys (online softmax across them)
     give the reference's output and gradients. The other tests here have l′ ≤ 16, where the
     interpreter's default split would leave tiles under tl.dot's 16 keys: it keeps them whole."""
-    import triton
-
-    import kernels.nsa.selection as selection_mod
-
     for tuner in (
         selection_mod.nsa_selection_fwd_kernel_v2,
         selection_bwd_mod.nsa_selection_bwd_dq_kernel,
