@@ -291,7 +291,7 @@ def _sel_fn(label: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     if r is None:
         return SELECTION_IMPLS[name]  # type: ignore[return-value]
     return lambda q, k, v, idx, cfg, scale: selection_triton_v2(
-        q, k, v, idx, cfg, scale, torch.empty, r
+        q, k, v, idx, cfg, scale, torch.empty, positions=r
     )
 
 

@@ -46,9 +46,9 @@ def row_stats(LSE, DD, GATES, ridx, ok, CH: tl.constexpr):
 @triton.jit
 def nsa_bwd_preprocess_kernel(
     DO,  # [R, Dv] upstream gradient (q's dtype), R = B·T·Hq rows
-    OC,  # [R, Dv] fp32 o_cmp
-    OS,  # [R, Dv] fp32 o_slc
-    OW,  # [R, Dv] fp32 o_win
+    OC,  # [R, Dv] o_cmp (fp32, or fp16: attention.branch_dtype)
+    OS,  # [R, Dv] o_slc
+    OW,  # [R, Dv] o_win
     DD,  # [R, 3] fp32 out: D_j = rowsum(dout · o_j), which is also dL/dgate_j
     R,
     DV: tl.constexpr,
@@ -61,9 +61,12 @@ def nsa_bwd_preprocess_kernel(
     m = ok[:, None] & (d[None, :] < DV)
     off = r[:, None] * DV + d[None, :]
     do = tl.load(DO + off, mask=m, other=0.0).to(tl.float32)
-    tl.store(DD + r * 3, tl.sum(do * tl.load(OC + off, mask=m, other=0.0), 1), mask=ok)
-    tl.store(DD + r * 3 + 1, tl.sum(do * tl.load(OS + off, mask=m, other=0.0), 1), mask=ok)
-    tl.store(DD + r * 3 + 2, tl.sum(do * tl.load(OW + off, mask=m, other=0.0), 1), mask=ok)
+    oc = tl.load(OC + off, mask=m, other=0.0).to(tl.float32)
+    tl.store(DD + r * 3, tl.sum(do * oc, 1), mask=ok)
+    os_ = tl.load(OS + off, mask=m, other=0.0).to(tl.float32)
+    tl.store(DD + r * 3 + 1, tl.sum(do * os_, 1), mask=ok)
+    ow = tl.load(OW + off, mask=m, other=0.0).to(tl.float32)
+    tl.store(DD + r * 3 + 2, tl.sum(do * ow, 1), mask=ok)
 
 
 def bwd_preprocess(

@@ -95,6 +95,18 @@ def _peak_abs(xs: tuple[torch.Tensor | None, ...]) -> float:
     return float(torch.stack(torch._foreach_norm(live, float("inf"))).max())
 
 
+def branch_dtype(kc_dtype: torch.dtype) -> torch.dtype:
+    """Storage dtype of the Triton branches' ungated outputs o_cmp, o_slc (and o_win when the
+    backward keeps it), given k̃'s (``_compressed_dtype``).
+
+    fp16 when k̃ is fp16: every input then fits fp16's range, and a branch output is a convex
+    combination of v's rows, so it does too. Its 2^-11 relative rounding is 4x finer than
+    the bf16 / fp16 out's own, and halves the bytes the compressed and selection kernels
+    write and the fused combine reads (4 GiB at 64k, paper config). Otherwise fp32.
+    """
+    return torch.float16 if kc_dtype == torch.float16 else torch.float32
+
+
 def _split_fp16(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (fp32) → fp16 (hi, lo) with hi + lo = x to ≈ 2^-22 relative (lo may be subnormal)."""
     hi = x.half()
@@ -154,13 +166,16 @@ def nsa_attention(
         if fast and vc.dtype != kc_dtype:
             vc = vc.to(kc_dtype)
     want = block_indices is None
+    o_dtype = branch_dtype(kc_dtype)
 
     if fast and dims.tc > 0 and banded_scores_ok(cfg):
         compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
         kc_lo = None
         if split:
             kc, kc_lo = _split_fp16(kc)
-        o_cmp, lse_cmp, idx = compressed_fn(q, kc, vc, cfg, dims.scale, want, _alloc, kc_lo=kc_lo)
+        o_cmp, lse_cmp, idx = compressed_fn(
+            q, kc, vc, cfg, dims.scale, want, _alloc, kc_lo=kc_lo, out_dtype=o_dtype
+        )
     else:
         # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
         # k̃ is still fp32 here
@@ -171,7 +186,7 @@ def nsa_attention(
 
     if fast:
         selection_fn = SELECTION_IMPLS[variant("selection")]
-        o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc)
+        o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
         out, lse_win = window_triton(
             q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc
         )
@@ -186,4 +201,4 @@ def nsa_attention(
         out = out.to(q.dtype)
     if not return_aux:
         return out
-    return out, NSAAux(idx, lse_cmp, lse_slc, lse_win, o_cmp, o_slc, o_win)
+    return out, NSAAux(idx, lse_cmp, lse_slc, lse_win, o_cmp, o_slc, o_win).fp32_outputs()

@@ -83,6 +83,7 @@ def _forward_parts(
         kc32 = k_cmp.float().contiguous()
         vc = v_cmp if v_cmp.dtype == kc_dtype else v_cmp.to(kc_dtype)
     want = block_indices is None
+    o_dtype = fwd.branch_dtype(kc_dtype)
     if dims.tc > 0 and banded_scores_ok(cfg):
         compressed_fn = COMPRESSED_IMPLS[fwd.variant("compressed")]
         kc_lo = None
@@ -91,7 +92,7 @@ def _forward_parts(
         else:
             kc = kc32.to(kc_dtype)
         o_cmp, lse_cmp, idx = compressed_fn(
-            q, kc, vc, cfg, dims.scale, want, fwd._alloc, kc_lo=kc_lo
+            q, kc, vc, cfg, dims.scale, want, fwd._alloc, kc_lo=kc_lo, out_dtype=o_dtype
         )
     else:  # as the no-grad path: T < l, or l′/d not a power of two
         kc = kc32 if split else kc32.to(kc_dtype)
@@ -100,8 +101,8 @@ def _forward_parts(
         assert block_indices is not None
         idx = block_indices.to(torch.int32).contiguous()
     selection_fn = SELECTION_IMPLS[fwd.variant("selection")]
-    o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, fwd._alloc)
-    o_win = fwd._alloc(q.shape[:3] + (v.shape[3],), dtype=torch.float32, device=q.device)
+    o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, fwd._alloc, o_dtype)
+    o_win = fwd._alloc(q.shape[:3] + (v.shape[3],), dtype=o_dtype, device=q.device)
     out, lse_win = window_triton(
         q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=fwd._alloc,
         o_win=o_win,
@@ -246,4 +247,4 @@ def nsa_attention_trainable(
     out = NSAFunction.apply(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, dims, aux_out)
     if not return_aux:
         return out
-    return out, aux_out["aux"]
+    return out, aux_out["aux"].fp32_outputs()

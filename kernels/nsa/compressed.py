@@ -217,7 +217,7 @@ def nsa_compressed_fwd_kernel(
             tl.store(SB + s_base + jj[None, :], sb, mask=smask)
     tl.store(
         O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
-        acc,
+        acc.to(O.dtype.element_ty),
         mask=row_ok[:, None] & (offs_dv[None, :] < DV),
     )
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
@@ -495,7 +495,7 @@ def nsa_compressed_fwd_kernel_v2(
         lse2 = lse2 + tl.log2(l2)  # −inf stays −inf for rows that see no block
     tl.store(
         O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
-        acc,
+        acc.to(O.dtype.element_ty),
         mask=row_ok[:, None] & (offs_dv[None, :] < DV),
     )
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
@@ -536,8 +536,11 @@ def _variant(name: str) -> CompressedFn:
         alloc: object = torch.empty,
         *,
         kc_lo: torch.Tensor | None = None,
+        out_dtype: torch.dtype = torch.float32,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        return _compressed_launch(q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo)
+        return _compressed_launch(
+            q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo, out_dtype
+        )
 
     run.__name__ = f"compressed_triton_{name}"
     run.__doc__ = f"Triton compressed branch, variant {name}: {_VARIANT_DOCS[name]}." + _CONTRACT
@@ -554,6 +557,7 @@ def _compressed_launch(
     alloc: object,
     variant: str,
     kc_lo: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -561,7 +565,7 @@ def _compressed_launch(
     ts = -(-t // cfg.sel_block)
     ratio = cfg.sel_block // cfg.cmp_stride
     dev = q.device
-    o = alloc((b, t, hq, dv), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     if want_indices:
         sa = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]

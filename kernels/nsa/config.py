@@ -6,7 +6,7 @@ PyTorch path and the Triton path cannot drift apart on Tc, Ts or the ω overlap 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -92,6 +92,15 @@ class NSAAux:
     o_cmp: torch.Tensor | None = None
     o_slc: torch.Tensor | None = None
     o_win: torch.Tensor | None = None
+
+    def fp32_outputs(self) -> NSAAux:
+        """This aux with o_* as fp32 (the Triton path may store them as fp16:
+        ``attention.branch_dtype``); tensors already fp32 are kept, not copied."""
+
+        def up(x: torch.Tensor | None) -> torch.Tensor | None:
+            return None if x is None else x.float()
+
+        return replace(self, o_cmp=up(self.o_cmp), o_slc=up(self.o_slc), o_win=up(self.o_win))
 
 
 def num_cmp_blocks(seq_len: int, cfg: NSAConfig) -> int:

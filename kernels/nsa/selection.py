@@ -133,7 +133,7 @@ def nsa_selection_fwd_kernel(
     lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(
         O + b * so_b + t * so_t + (g * G + hh)[:, None] * so_h + offs_dv[None, :],
-        acc * inv[:, None],
+        (acc * inv[:, None]).to(O.dtype.element_ty),
         mask=h_ok[:, None] & (offs_dv[None, :] < DV),
     )
     tl.store(LSE + b * sl_b + t * sl_t + g * G + hh, lse2 * 0.6931471805599453, mask=h_ok)
@@ -147,13 +147,16 @@ def selection_triton(
     cfg: NSAConfig,
     scale: float,
     alloc: object = torch.empty,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Selection branch: idx [B,T,Hkv,n] int32 (−1 empty) → o [B,T,Hq,Dv] fp32, lse fp32."""
+    """Selection branch: idx [B,T,Hkv,n] int32 (−1 empty) → o [B,T,Hq,Dv] in out_dtype
+    (fp32, or fp16 where the caller knows the values fit: ``attention.branch_dtype``), lse
+    fp32."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
     dev = q.device
-    o = alloc((b, t, hq, dv), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     idx = idx.to(torch.int32).contiguous()
     block_k = min(pow2(cfg.sel_block), 128)
@@ -368,7 +371,7 @@ def nsa_selection_fwd_kernel_v2(
     lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(
         O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
-        acc * inv[:, None],
+        (acc * inv[:, None]).to(O.dtype.element_ty),
         mask=row_ok[:, None] & (offs_dv[None, :] < DV),
     )
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
@@ -405,6 +408,7 @@ def selection_triton_v2(
     cfg: NSAConfig,
     scale: float,
     alloc: object = torch.empty,
+    out_dtype: torch.dtype = torch.float32,
     positions: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Selection variants v2 (positions=1: pipelined) and v3 (positions=R: union of R rows).
@@ -416,7 +420,7 @@ def selection_triton_v2(
     g = hq // hkv
     r = max(1, int(positions))
     dev = q.device
-    o = alloc((b, t, hq, dv), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     idx = idx.to(torch.int32).contiguous()
     if r > 1:
@@ -483,13 +487,14 @@ def selection_triton_v3(
     cfg: NSAConfig,
     scale: float,
     alloc: object = torch.empty,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Variant v3: R consecutive positions per program over the union of their blocks.
 
     R = KGRADE_NSA_SELECTION_R if set (read at call time), else ``_SLC_V3_R``.
     """
     r = int(os.environ.get("KGRADE_NSA_SELECTION_R", _SLC_V3_R))
-    return selection_triton_v2(q, k, v, idx, cfg, scale, alloc, r)
+    return selection_triton_v2(q, k, v, idx, cfg, scale, alloc, out_dtype, r)
 
 
 SELECTION_IMPLS = {

@@ -45,10 +45,10 @@ def nsa_window_fwd_kernel(
     V,  # [B, T, Hkv, Dv]
     O,  # COMBINE: out [B, T, Hq, Dv] in q's dtype; else o_win fp32
     LSE,  # [B, T, Hq] fp32
-    OC,  # [B, T, Hq, Dv] fp32 o_cmp (COMBINE only)
-    OS,  # [B, T, Hq, Dv] fp32 o_slc (COMBINE only)
+    OC,  # [B, T, Hq, Dv] fp32 or fp16 o_cmp (COMBINE only)
+    OS,  # [B, T, Hq, Dv] fp32 or fp16 o_slc (COMBINE only)
     GATES,  # [B, T, Hq, 3] (COMBINE only)
-    OW,  # [B, T, Hq, Dv] fp32 o_win, O's strides (COMBINE and WRITE_OW only)
+    OW,  # [B, T, Hq, Dv] fp32 or fp16 o_win, O's strides (COMBINE and WRITE_OW only)
     sq_b,
     sq_t,
     sq_h,
@@ -152,12 +152,12 @@ def nsa_window_fwd_kernel(
         g1 = tl.load(gbase + sg_c, mask=row_ok, other=0.0).to(tl.float32)
         g2 = tl.load(gbase + 2 * sg_c, mask=row_ok, other=0.0).to(tl.float32)
         bptr = b * sb_b + t[:, None] * sb_t + h[:, None] * sb_h + offs_dv[None, :]
-        o_c = tl.load(OC + bptr, mask=omask, other=0.0)
-        o_s = tl.load(OS + bptr, mask=omask, other=0.0)
+        o_c = tl.load(OC + bptr, mask=omask, other=0.0).to(tl.float32)
+        o_s = tl.load(OS + bptr, mask=omask, other=0.0).to(tl.float32)
         out = g0[:, None] * o_c + g1[:, None] * o_s + g2[:, None] * o_win
         tl.store(O + optr, out.to(O.dtype.element_ty), mask=omask)
         if WRITE_OW:
-            tl.store(OW + optr, o_win, mask=omask)
+            tl.store(OW + optr, o_win.to(OW.dtype.element_ty), mask=omask)
     else:
         tl.store(O + optr, o_win, mask=omask)
 
@@ -174,9 +174,10 @@ def window_triton(
     o_win: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Window branch. combine=None → (o_win fp32, lse_win); combine=(o_cmp, o_slc, gates) →
-    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32.
+    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32
+    (o_cmp, o_slc fp32 or fp16).
 
-    With combine, o_win (a contiguous fp32 [B, T, Hq, Dv] buffer) also receives the window
+    With combine, o_win (a contiguous fp32 or fp16 [B, T, Hq, Dv] buffer) also receives the window
     branch's own output, for the backward (one pass instead of a second window kernel)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
@@ -193,7 +194,7 @@ def window_triton(
     write_ow = combine is not None and o_win is not None
     if write_ow:
         assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
-        assert o_win.dtype == torch.float32 and o.is_contiguous()
+        assert o_win.dtype in (torch.float32, torch.float16) and o.is_contiguous()
 
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)

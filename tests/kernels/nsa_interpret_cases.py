@@ -16,6 +16,7 @@ import torch
 import kernels.nsa.attention as nsa_attention_mod
 import kernels.nsa.compressed as compressed_mod
 from kernels.nsa import NSAConfig, nsa_attention
+from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
 from kernels.nsa.topn import topn_triton
 from kernels.nsa.torch_path import compressed_torch
@@ -296,6 +297,15 @@ def test_fp16_compressed_storage_keeps_fp32_logits(
     off the fp32 reference rather than the ≈ 1e-4 of an fp16 k̃ (mean pooling; a bf16 k_cmp
     is fp16-exact, that case checks the wiring only)."""
     monkeypatch.setattr(nsa_attention_mod, "_compressed_dtype", lambda *xs: torch.float16)
+    seen: dict[str, tuple[torch.dtype, torch.dtype]] = {}
+    window_triton = nsa_attention_mod.window_triton
+
+    def spy(*args: object, combine: tuple[torch.Tensor, ...] | None = None, **kw: object):  # noqa: ANN202
+        if combine is not None:
+            seen["combine"] = (combine[0].dtype, combine[1].dtype)
+        return window_triton(*args, combine=combine, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nsa_attention_mod, "window_triton", spy)
     q, k, v, g = make_inputs(1, 100, 4, 2, 16, torch.bfloat16, seed=12)
     q = 2 * q  # larger logits: an fp16 k̃ would show
     kw: dict[str, torch.Tensor] = {}
@@ -307,6 +317,10 @@ def test_fp16_compressed_storage_keeps_fp32_logits(
     out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True, **kw)  # type: ignore[arg-type]
     ref_out, ref_aux = reference(q, k, v, g, cfg, **kw)
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
+    # fp16 k̃ storage → fp16 branch outputs (attention.branch_dtype); the aux stays fp32
+    assert seen["combine"][1] == torch.float16
+    assert seen["combine"][0] == (torch.float16 if banded_scores_ok(cfg) else torch.float32)
+    assert aux.o_cmp.dtype == aux.o_slc.dtype == aux.o_win.dtype == torch.float32
     fin = torch.isfinite(ref_aux.lse_cmp)
     err = (aux.lse_cmp[fin] - ref_aux.lse_cmp[fin]).abs().max().item()
     assert err < 1e-5, err
@@ -353,3 +367,44 @@ def test_topn_kernel_bands_match_an_oracle(banded: bool) -> None:
     want = _topn_oracle(sa, sb, t, cfg)
     bad = (got != want).any(-1).nonzero().tolist()
     assert not bad, f"{len(bad)} rows differ, first {bad[:3]}"
+
+
+@pytest.mark.parametrize("sel_variant", ["v1", "v2"])  # v3 is v2's kernel
+def test_fp16_branch_outputs_round_only_the_store(
+    monkeypatch: pytest.MonkeyPatch, sel_variant: str
+) -> None:
+    """o_cmp and o_slc stored as fp16 (``attention.branch_dtype``) are the fp32 results
+    rounded once at the store, bit for bit, and the fused combine and the backward's
+    preprocess read them as fp32 (nsa_attention's choice of fp16: the test below)."""
+    from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.attention import _split_fp16
+    from kernels.nsa.selection import SELECTION_IMPLS
+    from kernels.nsa.window import window_triton
+
+    cfg = MID
+    q, k, v, g = make_inputs(1, 100, 4, 2, 16, torch.bfloat16, seed=21)
+    scale = 16**-0.5
+    alloc = nsa_attention_mod._alloc
+    kc, kc_lo = _split_fp16(torch.randn(1, num_cmp_blocks(100, cfg), 2, 16))
+    vc = torch.randn(kc.shape).half()
+    cmp_fn = compressed_mod.COMPRESSED_IMPLS["v2h"]
+    outs = {}
+    for dt in (torch.float32, torch.float16):
+        o_c, lse_c, idx = cmp_fn(q, kc, vc, cfg, scale, True, alloc, kc_lo=kc_lo, out_dtype=dt)
+        assert idx is not None
+        o_s, lse_s = SELECTION_IMPLS[sel_variant](q, k, v, idx, cfg, scale, alloc, dt)
+        assert o_c.dtype == o_s.dtype == dt
+        outs[dt] = (o_c, lse_c, idx, o_s, lse_s)
+    (c32, l32, i32, s32, m32), (c16, l16, i16, s16, m16) = outs[torch.float32], outs[torch.float16]
+    assert torch.equal(c16, c32.half()) and torch.equal(s16, s32.half())
+    assert torch.equal(l16, l32) and torch.equal(i16, i32) and torch.equal(m16, m32)
+    assert (c16.float() - c32).abs().max() > 0  # the rounding is real, so the check can fail
+    fused16, _ = window_triton(q, k, v, cfg.window, scale, combine=(c16, s16, g), alloc=alloc)
+    fused32, _ = window_triton(
+        q, k, v, cfg.window, scale, combine=(c16.float(), s16.float(), g), alloc=alloc
+    )
+    assert torch.equal(fused16, fused32)
+    dout = torch.randn(q.shape).to(torch.bfloat16)
+    d16 = bwd_preprocess(dout, c16, s16, s16, alloc)
+    d32 = bwd_preprocess(dout, c16.float(), s16.float(), s16.float(), alloc)
+    assert torch.equal(d16, d32)
