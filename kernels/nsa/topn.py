@@ -3,9 +3,9 @@
 The compressed kernel writes, per (position, KV head), the ω-weighted scores of its own
 selection block (SA) and the spill into the next one (SB); this kernel adds them (SB shifted
 by one block while loading), forces the initial and local blocks, masks the blocks not yet
-complete at the position, and picks the n best: n rounds of (max, smallest index attaining
-it), so ties go to the smaller block index exactly. The picks are sorted in registers and
-written ascending, −1 padded.
+complete at the position, and picks the n best: the forced ones directly, the rest in rounds
+of (max, smallest index attaining it), so ties go to the smaller block index exactly. The
+picks are sorted in registers and written ascending, −1 padded.
 
 A position p can choose only blocks j ≤ p // l′, so rows may be launched in bands of
 positions, each as wide as its last row needs (16, 32, …, the full power of two ≥ Ts; a band
@@ -75,15 +75,27 @@ def nsa_topn_kernel(
     cur = t // L_SEL
     eligible = j[None, :] <= cur[:, None]
     forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
-    s = tl.where(forced, float("inf"), s)
-    s = tl.where(eligible, s, float("-inf"))
     out = IDX + b * si_b + t * si_t + g * si_h
     # The n picks kept in registers ([BLOCK_R, N_PAD], unused slots BIG) and sorted there, so
     # rows are written ascending with −1 last and no sort runs on the host.
     BIG: tl.constexpr = 2147483647
     kk = tl.arange(0, N_PAD)
     picks = tl.full([BLOCK_R, N_PAD], BIG, tl.int32)
-    for k in range(N_SEL):
+    # The forced blocks go straight into the first slots instead of costing a round of
+    # (max, argmin) each: init block i where i ≤ cur, local block cur − i where it is neither
+    # negative nor an init block. A row with fewer than N_INIT + N_LOCAL distinct forced
+    # blocks (cur < N_INIT + N_LOCAL) has no other eligible block, so N_SEL − N_INIT −
+    # N_LOCAL rounds over the rest always suffice and pick what rounds over all of them did.
+    N_FORCED: tl.constexpr = N_INIT + N_LOCAL
+    tl.static_assert(N_FORCED <= N_SEL)  # NSAConfig checks it: forced blocks count towards n
+    for i in tl.static_range(N_INIT):
+        picks = tl.where(kk[None, :] == i, tl.where(cur >= i, i, BIG)[:, None], picks)
+    for i in tl.static_range(N_LOCAL):
+        jl = cur - i
+        jl = tl.where((jl >= N_INIT) & (jl >= 0), jl, BIG)
+        picks = tl.where(kk[None, :] == N_INIT + i, jl[:, None], picks)
+    s = tl.where(eligible & ~forced, s, float("-inf"))
+    for k in range(N_FORCED, N_SEL):
         best = tl.max(s, axis=1)  # [BLOCK_R]
         # smallest index attaining the max: ties go to the smaller block index
         pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)

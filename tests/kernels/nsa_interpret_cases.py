@@ -353,11 +353,17 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
 
 
 @pytest.mark.parametrize("banded", [True, False])
-def test_topn_kernel_bands_match_an_oracle(banded: bool) -> None:
+@pytest.mark.parametrize(
+    ("init", "local", "n"),
+    [(1, 2, 5), (2, 2, 6), (2, 3, 5)],  # init > 1; forced blocks = n (no round left)
+)
+def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, n: int) -> None:
     """300 positions with l′ = 4: four bands of widths 16, 32, 64 and 128 (``topn._bands``),
     or one launch 128 wide; scores drawn from 4 values so ties are everywhere; every row
     against a torch oracle."""
-    cfg = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=4, sel_count=5, sel_init=1, sel_local=2)
+    cfg = NSAConfig(
+        cmp_block=4, cmp_stride=2, sel_block=4, sel_count=n, sel_init=init, sel_local=local
+    )
     t, hkv = 300, 2
     ts = -(-t // cfg.sel_block)
     gen = torch.Generator().manual_seed(5)
