@@ -88,7 +88,7 @@ def nsa_compressed_fwd_kernel(
     KC,  # [B, Tc, Hkv, Dk] (the fp16 hi part when KC_SPLIT)
     KCL,  # like KC: fp16 lo part of k̃ when KC_SPLIT, else unused
     VC,  # [B, Tc, Hkv, Dv]
-    O,  # [B, T, Hq, Dv] fp32
+    O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32 (natural log)
     SA,  # [B, Hkv, T, Ts] fp32: ω-weighted group sums into the own selection block
     SB,  # [B, Hkv, T, Ts] fp32: spill into the next selection block
@@ -314,7 +314,7 @@ def nsa_compressed_fwd_kernel_v2(
     KC,  # [B, Tc, Hkv, Dk] (the fp16 hi part when KC_SPLIT)
     KCL,  # like KC: fp16 lo part of k̃ when KC_SPLIT, else unused
     VC,  # [B, Tc, Hkv, Dv]
-    O,  # [B, T, Hq, Dv] fp32
+    O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32 (natural log)
     SA,  # [B, Hkv, T, Ts] fp32
     SB,  # [B, Hkv, T, Ts] fp32
@@ -522,6 +522,9 @@ otherwise.
 kc_lo: with kc the fp16 rounding of an fp32 k̃, its fp16 remainder (k̃ − kc); the QK̃ logits
 then take two fp16 dots and match fp32 ones to ≈ 2^-22 relative, which the top-n needs (see
 ``attention._compressed_dtype``). vc stays 16-bit: p·ṽ only feeds o_cmp.
+
+out_dtype: o's storage dtype, fp32 as the contract's, or fp16 where the caller knows the values
+fit (``attention.branch_dtype``): the fp32 result rounded once at the store.
 """
 
 

@@ -41,7 +41,7 @@ def nsa_selection_fwd_kernel(
     K,  # [B, T, Hkv, Dk]
     V,  # [B, T, Hkv, Dv]
     IDX,  # [B, T, Hkv, n] int32, −1 = empty
-    O,  # [B, T, Hq, Dv] fp32
+    O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
     sq_b,
     sq_t,
@@ -249,7 +249,7 @@ def nsa_selection_fwd_kernel_v2(
     IDX,  # [B, T, Hkv, n] int32, −1 = empty (each position's own selection: row masks)
     UNI,  # R > 1: [B, ⌈T/R⌉, Hkv, R·n] int32 union of the R positions' blocks, −1 padded
     CNT,  # R > 1: [B, ⌈T/R⌉, Hkv] int32 number of valid union entries
-    O,  # [B, T, Hq, Dv] fp32
+    O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
     sq_b,
     sq_t,

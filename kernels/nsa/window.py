@@ -3,7 +3,7 @@
 A program owns BLOCK_T query positions × the G heads of one KV head (rows position-major, as
 in the compressed kernel), so each K/V tile of the band [t0 − w + 1, t0 + BLOCK_T) is loaded
 once per group instead of once per query head. With COMBINE the program also reads the
-gates and the fp32 o_cmp / o_slc rows and writes the final output in q's dtype, saving a
+gates and the o_cmp / o_slc rows (fp32 or fp16) and writes the final output in q's dtype, saving a
 separate pass over three [B, T, Hq, Dv] tensors.
 """
 
