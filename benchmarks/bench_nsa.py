@@ -123,23 +123,28 @@ def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
         ),
         None,
     )
-    # the branches as nsa_attention runs them: its default kernel variants
+    # the branches as nsa_attention runs them: its default kernel variants, its output dtype
     cmp_fn = COMPRESSED_IMPLS[nsa_mod.variant("compressed")]
     slc_fn = SELECTION_IMPLS[nsa_mod.variant("selection")]
+    o_dt = nsa_mod.branch_dtype(kc.dtype)
     attempt(
         "nsa cmp attn+scores+top-n",
-        lambda: cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo),
+        lambda: cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dt),
         fl["cmp"],
     )
     attempt(
         "nsa cmp attn only",
-        lambda: cmp_fn(q, kc, vc, cfg, scale, False, kc_lo=kc_lo),
+        lambda: cmp_fn(q, kc, vc, cfg, scale, False, kc_lo=kc_lo, out_dtype=o_dt),
         fl["cmp"],
     )
-    o_cmp, _, idx = cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo)
+    o_cmp, _, idx = cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dt)
     assert idx is not None
-    attempt("nsa selection", lambda: slc_fn(q, k, v, idx, cfg, scale), fl["slc"])
-    o_slc, _ = slc_fn(q, k, v, idx, cfg, scale)
+
+    def selection() -> tuple[torch.Tensor, torch.Tensor]:
+        return slc_fn(q, k, v, idx, cfg, scale, torch.empty, o_dt)
+
+    attempt("nsa selection", selection, fl["slc"])
+    o_slc, _ = selection()
     attempt("nsa window", lambda: window_triton(q, k, v, cfg.window, scale), fl["win"])
     attempt(
         "nsa window+combine",

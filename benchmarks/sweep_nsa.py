@@ -41,7 +41,7 @@ from kernels.nsa import selection as slc_mod  # noqa: E402
 from kernels.nsa import selection_bwd as slc_bwd  # noqa: E402
 from kernels.nsa import window_bwd as win_bwd  # noqa: E402
 from kernels.nsa._bwd_common import bwd_preprocess  # noqa: E402
-from kernels.nsa.attention import _split_fp16  # noqa: E402
+from kernels.nsa.attention import _split_fp16, branch_dtype  # noqa: E402
 from kernels.nsa.backward import _forward_parts  # noqa: E402
 from kernels.nsa.validate import check_nsa_args  # noqa: E402
 
@@ -250,14 +250,18 @@ def call(kernel: str, x: dict[str, Any]) -> tuple[Callable[[], object], Callable
     sel = (q, k, v, p["idx"], dout, lse_slc, dd, gates, cfg, scale)
     cmpb = (q, p["kc32"], p["vc"], dout, lse_cmp, dd, gates, cfg, scale, p["split"])
     win = (q, k, v, dout, lse_win, dd, gates, cfg.window, scale)
+    o_dt = branch_dtype(x["kc"].dtype)  # the branch outputs as nsa_attention stores them
     fns: dict[str, tuple[Callable[[], object], tuple[str, ...]]] = {
         "cmp": (
             lambda: cmp_mod.COMPRESSED_IMPLS["v2h"](
-                q, x["kc"], p["vc"], cfg, scale, True, kc_lo=x["kc_lo"]
+                q, x["kc"], p["vc"], cfg, scale, True, kc_lo=x["kc_lo"], out_dtype=o_dt
             ),
             (),
         ),
-        "slc": (lambda: slc_mod.selection_triton_v2(q, k, v, p["idx"], cfg, scale), ()),
+        "slc": (
+            lambda: slc_mod.selection_triton_v2(q, k, v, p["idx"], cfg, scale, torch.empty, o_dt),
+            (),
+        ),
         "slc_dq": (
             lambda: slc_bwd.selection_bwd_triton(*sel, dq=x["dq"], dk=None, dv=None, dq_acc=False),
             ("dq",),
