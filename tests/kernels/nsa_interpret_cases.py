@@ -16,10 +16,14 @@ import torch
 import kernels.nsa.attention as nsa_attention_mod
 import kernels.nsa.compressed as compressed_mod
 from kernels.nsa import NSAConfig, nsa_attention
+from kernels.nsa._bwd_common import bwd_preprocess
+from kernels.nsa.attention import _split_fp16
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
+from kernels.nsa.selection import SELECTION_IMPLS
 from kernels.nsa.topn import topn_triton
 from kernels.nsa.torch_path import compressed_torch
+from kernels.nsa.window import window_triton
 from tests.kernels.test_nsa_utils import (
     MID,
     SMALL,
@@ -298,7 +302,6 @@ def test_fp16_compressed_storage_keeps_fp32_logits(
     is fp16-exact, that case checks the wiring only)."""
     monkeypatch.setattr(nsa_attention_mod, "_compressed_dtype", lambda *xs: torch.float16)
     seen: dict[str, tuple[torch.dtype, torch.dtype]] = {}
-    window_triton = nsa_attention_mod.window_triton
 
     def spy(*args: object, combine: tuple[torch.Tensor, ...] | None = None, **kw: object):  # noqa: ANN202
         if combine is not None:
@@ -376,17 +379,10 @@ def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, 
 
 
 @pytest.mark.parametrize("sel_variant", ["v1", "v2"])  # v3 is v2's kernel
-def test_fp16_branch_outputs_round_only_the_store(
-    monkeypatch: pytest.MonkeyPatch, sel_variant: str
-) -> None:
+def test_fp16_branch_outputs_round_only_the_store(sel_variant: str) -> None:
     """o_cmp and o_slc stored as fp16 (``attention.branch_dtype``) are the fp32 results
     rounded once at the store, bit for bit, and the fused combine and the backward's
     preprocess read them as fp32 (nsa_attention's choice of fp16: the test below)."""
-    from kernels.nsa._bwd_common import bwd_preprocess
-    from kernels.nsa.attention import _split_fp16
-    from kernels.nsa.selection import SELECTION_IMPLS
-    from kernels.nsa.window import window_triton
-
     cfg = MID
     q, k, v, g = make_inputs(1, 100, 4, 2, 16, torch.bfloat16, seed=21)
     scale = 16**-0.5
