@@ -375,14 +375,15 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
             )
             cell(f"cmp {name} attn only", t, ms, fl["cmp"])
         ts = -(-t // cfg.sel_block)
-        sc = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
+        sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
+        sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         for banded, row in ((False, "top-n alone (incl. sort)"), (True, "top-n alone, banded")):
-            ms = timed(row, t, lambda b=banded: topn_triton(sc, t, HKV, cfg, banded=b), None)
+            ms = timed(row, t, lambda b=banded: topn_triton(sa, sb, t, HKV, cfg, banded=b), None)
             check = ""
             if banded:
                 same = torch.equal(
-                    topn_triton(sc, t, HKV, cfg, banded=True),
-                    topn_triton(sc, t, HKV, cfg, banded=False),
+                    topn_triton(sa, sb, t, HKV, cfg, banded=True),
+                    topn_triton(sa, sb, t, HKV, cfg, banded=False),
                 )
                 check = f"picks equal: {same}"
             cell(row, t, ms, None, check)

@@ -10,10 +10,9 @@ Design (spec §4.2, §7 budget "compressed attention + scores + top-n ≤ 15 ms 
   are wanted, the ω-transformed group sums.
 * A 16-bit k̃ comes as fp16 hi + lo parts (KC, KCL; ``_qk_tile``): QK̃ then costs two dots
   but is fp32-grade, since top-n agreement with the fp64 gold breaks on fp16 k̃ rounding.
-* ω is banded: with L = l′/d, s[j] = Σ_r wa[r]·P[jL+r] + Σ_r wb[r]·P[(j−1)L+r]. A tile of
-  compressed blocks aligned to L computes both halves (own block, spill into the next), moves
-  the spill one block right in registers and carries its last column into the next tile, so
-  each score is written once, whole ([B, Hkv, T, Ts] fp32 S; ``_merge_spill``).
+* ω is banded: with L = l′/d, s[j] = Σ_r wa[r]·P[jL+r] + Σ_r wb[r]·P[(j−1)L+r]. Tiles of
+  compressed blocks aligned to L write both halves (SA: own block, SB: spill into the next);
+  the top-n kernel adds SB shifted by one block while loading, so no tile needs a halo.
 * Top-n runs in its own kernel (``topn.py``) over rows of [Ts] scores.
 * Variants (``COMPRESSED_IMPLS``, chosen in ``attention.py``) are kept side by side so the
   benchmark can compare them on identical inputs; the default is the measured fastest.
@@ -91,7 +90,8 @@ def nsa_compressed_fwd_kernel(
     VC,  # [B, Tc, Hkv, Dv]
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32 (natural log)
-    S,  # [B, Hkv, T, Ts] fp32: ω-weighted group sums per selection block (written when SCORES)
+    SA,  # [B, Hkv, T, Ts] fp32: ω-weighted group sums into the own selection block
+    SB,  # [B, Hkv, T, Ts] fp32: spill into the next selection block
     sq_b,
     sq_t,
     sq_h,
@@ -189,7 +189,6 @@ def nsa_compressed_fwd_kernel(
     wb = tl.maximum(r * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(tl.float32) / D_STRIDE
     tt = t0 + tl.arange(0, BLOCK_T)
     s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
-    carry = tl.zeros([BLOCK_T], tl.float32)  # spill of the previous tile's last block
     for c0 in range(0, n_vis, BLOCK_C):
         c = c0 + tl.arange(0, BLOCK_C)
         koff = c[None, :] * sk_t + offs_dk[:, None]  # [BLOCK_DK, BLOCK_C]
@@ -212,9 +211,10 @@ def nsa_compressed_fwd_kernel(
             p3 = tl.reshape(pg, [BLOCK_T, BLOCK_S, RATIO])
             sa = tl.sum(p3 * wa[None, None, :], axis=2)  # [BLOCK_T, BLOCK_S]
             sb = tl.sum(p3 * wb[None, None, :], axis=2)
-            carry = _merge_spill(sa, sb, carry, S, s_base, c0 // RATIO, tt, T, TS, BLOCK_S)
-    if SCORES:
-        _store_last_spill(carry, S, s_base, tl.cdiv(n_vis, BLOCK_C) * BLOCK_S, tt, T, TS)
+            jj = c0 // RATIO + tl.arange(0, BLOCK_S)
+            smask = (tt[:, None] < T) & (jj[None, :] < TS)
+            tl.store(SA + s_base + jj[None, :], sa, mask=smask)
+            tl.store(SB + s_base + jj[None, :], sb, mask=smask)
     tl.store(
         O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
         acc.to(O.dtype.element_ty),
@@ -259,49 +259,14 @@ def _cmp_v2_configs() -> list[triton.Config]:
 
 
 @triton.jit
-def _merge_spill(
-    sa,  # [BLOCK_T, BLOCK_S] the tile's sums into each block's own score
-    sb,  # [BLOCK_T, BLOCK_S] each block's spill into the next block
-    carry,  # [BLOCK_T] the previous tile's last spill (0 before the first tile)
-    S,
-    s_base,  # [BLOCK_T, 1] offsets of the program's score rows
-    j0,  # the tile's first selection block
-    tt,  # [BLOCK_T] positions
-    T,
-    TS,
-    BLOCK_S: tl.constexpr,
-):
-    """Store s[j] = sa[j] + sb[j − 1] for the tile's blocks and return its last spill.
-
-    The shift is a where-sum over a [BLOCK_S, BLOCK_S] one-hot (exact: one term, zeros
-    elsewhere), so the sums are bit-equal to adding the two halves in memory; it replaces a
-    second score array and its write and read (1 GiB of each at 64k, paper config)."""
-    jj = tl.arange(0, BLOCK_S)
-    onto = (jj[:, None] + 1) == jj[None, :]  # [from, to]: block j's spill lands on j + 1
-    moved = tl.sum(tl.where(onto[None, :, :], sb[:, :, None], 0.0), axis=1)
-    s = sa + moved + tl.where(jj[None, :] == 0, carry[:, None], 0.0)
-    col = j0 + jj
-    tl.store(S + s_base + col[None, :], s, mask=(tt[:, None] < T) & (col[None, :] < TS))
-    return tl.sum(tl.where(jj[None, :] == BLOCK_S - 1, sb, 0.0), axis=1)
-
-
-@triton.jit
-def _store_last_spill(carry, S, s_base, j, tt, T, TS):
-    """The last tile's spill is block j's whole score (its own compressed blocks are not
-    visible yet) when j is a block at all; the top-n kernel reads it as any other."""
-    col = tt[:, None] * 0 + j  # [BLOCK_T, 1]: a tensor mask (a scalar one fails to lower)
-    tl.store(S + s_base + col, carry[:, None], mask=(tt[:, None] < T) & (col < TS))
-
-
-@triton.jit
 def _cmp_block_scores(
     p,  # [BLOCK_M, BLOCK_C] fp32 exact probabilities (0 where invisible)
     WA,  # [BLOCK_C, BLOCK_S] banded ω (own block) — SCORE_DOT only
     WB,  # [BLOCK_C, BLOCK_S] banded ω (spill into the next block) — SCORE_DOT only
     wa,  # [RATIO] fp32
     wb,  # [RATIO] fp32
-    carry,  # [BLOCK_T] the previous tile's last spill
-    S,
+    SA,
+    SB,
     s_base,  # [BLOCK_T, 1] offsets of the program's score rows
     c0,
     tt,  # [BLOCK_T] positions
@@ -333,7 +298,10 @@ def _cmp_block_scores(
         p3 = tl.reshape(pg, [BLOCK_T, BLOCK_S, RATIO])
         sa = tl.sum(p3 * wa[None, None, :], axis=2)  # [BLOCK_T, BLOCK_S]
         sb = tl.sum(p3 * wb[None, None, :], axis=2)
-    return _merge_spill(sa, sb, carry, S, s_base, c0 // RATIO, tt, T, TS, BLOCK_S)
+    jj = c0 // RATIO + tl.arange(0, BLOCK_S)
+    smask = (tt[:, None] < T) & (jj[None, :] < TS)
+    tl.store(SA + s_base + jj[None, :], sa, mask=smask)
+    tl.store(SB + s_base + jj[None, :], sb, mask=smask)
 
 
 @triton.autotune(
@@ -348,7 +316,8 @@ def nsa_compressed_fwd_kernel_v2(
     VC,  # [B, Tc, Hkv, Dv]
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32 (natural log)
-    S,  # [B, Hkv, T, Ts] fp32 block scores (written when SCORES)
+    SA,  # [B, Hkv, T, Ts] fp32
+    SB,  # [B, Hkv, T, Ts] fp32
     sq_b,
     sq_t,
     sq_h,
@@ -476,7 +445,6 @@ def nsa_compressed_fwd_kernel_v2(
         w_b = w_b.to(tl.float16)
     tt = t0 + tl.arange(0, BLOCK_T)
     s_base = b * ss_b + g * ss_h + tt[:, None] * ss_t
-    carry = tl.zeros([BLOCK_T], tl.float32)  # spill of the previous tile's last block
     for c0 in range(0, c_split, BLOCK_C):
         c = c0 + cols
         koff = c[None, :] * sk_t + offs_dk[:, None]
@@ -494,8 +462,8 @@ def nsa_compressed_fwd_kernel_v2(
         else:
             acc += mma(p.to(vt.dtype), vt, DOT_F32)
         if SCORES:
-            carry = _cmp_block_scores(
-                p, w_a, w_b, wa, wb, carry, S, s_base, c0, tt, T, TS,
+            _cmp_block_scores(
+                p, w_a, w_b, wa, wb, SA, SB, s_base, c0, tt, T, TS,
                 G, RATIO, BLOCK_T, BLOCK_S, BLOCK_C, SCORE_DOT, DOT_F32,
             )  # fmt: skip
     for c0 in range(c_split, n_vis, BLOCK_C):
@@ -517,12 +485,10 @@ def nsa_compressed_fwd_kernel_v2(
         else:
             acc += mma(p.to(vt.dtype), vt, DOT_F32)
         if SCORES:
-            carry = _cmp_block_scores(
-                p, w_a, w_b, wa, wb, carry, S, s_base, c0, tt, T, TS,
+            _cmp_block_scores(
+                p, w_a, w_b, wa, wb, SA, SB, s_base, c0, tt, T, TS,
                 G, RATIO, BLOCK_T, BLOCK_S, BLOCK_C, SCORE_DOT, DOT_F32,
             )  # fmt: skip
-    if SCORES:
-        _store_last_spill(carry, S, s_base, tl.cdiv(n_vis, BLOCK_C) * BLOCK_S, tt, T, TS)
     if LSE_HI:
         l2 = tl.where(has, l2, 1.0)
         acc = acc / l2[:, None]
@@ -605,9 +571,10 @@ def _compressed_launch(
     o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     if want_indices:
-        sc = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
-    else:  # dummy: SCORES=False never touches it
-        sc = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
+        sa = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+        sb = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    else:  # dummies: SCORES=False never touches them
+        sa = sb = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
     kc = kc.contiguous()
     vc = vc.contiguous()
     split = kc_lo is not None
@@ -633,7 +600,8 @@ def _compressed_launch(
         vc,
         o,
         lse,
-        sc,
+        sa,
+        sb,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -648,9 +616,9 @@ def _compressed_launch(
         o.stride(2),
         lse.stride(0),
         lse.stride(1),
-        sc.stride(0),
-        sc.stride(1),
-        sc.stride(2),
+        sa.stride(0),
+        sa.stride(1),
+        sa.stride(2),
         t,
         tc,
         ts,
@@ -673,7 +641,7 @@ def _compressed_launch(
     )
     if not want_indices:
         return o, lse, None
-    idx = topn_triton(sc, t, hkv, cfg, alloc)
+    idx = topn_triton(sa, sb, t, hkv, cfg, alloc)
     return o, lse, idx
 
 

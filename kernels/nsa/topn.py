@@ -1,11 +1,11 @@
-"""Top-n block selection from the compressed branch's block scores (Triton).
+"""Top-n block selection from the compressed branch's banded block scores (Triton).
 
-The compressed kernel writes, per (position, KV head), the ω-weighted score of each selection
-block (S: its own compressed blocks plus the spill of the previous block's last one). This
-kernel forces the initial and local blocks, masks the blocks not yet complete at the
-position, and picks the n best: the forced ones directly, the rest in rounds of (max,
-smallest index attaining it), so ties go to the smaller block index exactly. The picks are
-sorted in registers and written ascending, −1 padded.
+The compressed kernel writes, per (position, KV head), the ω-weighted scores of its own
+selection block (SA) and the spill into the next one (SB); this kernel adds them (SB shifted
+by one block while loading), forces the initial and local blocks, masks the blocks not yet
+complete at the position, and picks the n best: the forced ones directly, the rest in rounds
+of (max, smallest index attaining it), so ties go to the smaller block index exactly. The
+picks are sorted in registers and written ascending, −1 padded.
 
 A position p can choose only blocks j ≤ p // l′, so rows may be launched in bands of
 positions, each as wide as its last row needs (16, 32, …, the full power of two ≥ Ts; a band
@@ -31,7 +31,8 @@ BANDED = True
 
 @triton.jit
 def nsa_topn_kernel(
-    S,  # [B, Hkv, T, Ts] fp32
+    SA,  # [B, Hkv, T, Ts] fp32
+    SB,  # [B, Hkv, T, Ts] fp32
     IDX,  # [B, T, Hkv, n] int32: ascending, −1 padded at the end
     ss_b,
     ss_h,
@@ -60,15 +61,17 @@ def nsa_topn_kernel(
     g = pid_bg % HKV
     t = T0 + pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
     j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
-    # Last compressed block visible to t. Block j has a score when its own first compressed
-    # block or the previous block's first is visible (the spill); the rest may be unwritten by
-    # the compressed kernel and score exactly 0, so they are masked rather than loaded.
+    # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
+    # unwritten by the compressed kernel), so they are masked rather than loaded.
     num = t + 1 - L_CMP
     imax = tl.where(num >= 0, num // D_STRIDE, -1)
     row_ok = t < T_HI
-    seen = tl.maximum(j[None, :] - 1, 0) * RATIO <= imax[:, None]
-    s = tl.load(S + b * ss_b + g * ss_h + t[:, None] * ss_t + j[None, :],
-                mask=row_ok[:, None] & seen & (j[None, :] < TS), other=0.0)  # fmt: skip
+    va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
+    vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
+    vb = vb & (j[None, :] < TS)
+    base = b * ss_b + g * ss_h + t[:, None] * ss_t
+    s = tl.load(SA + base + j[None, :], mask=va, other=0.0)
+    s += tl.load(SB + base + j[None, :] - 1, mask=vb, other=0.0)
     cur = t // L_SEL
     eligible = j[None, :] <= cur[:, None]
     forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
@@ -105,19 +108,20 @@ def nsa_topn_kernel(
 
 
 def topn_triton(
-    scores: torch.Tensor,
+    sa: torch.Tensor,
+    sb: torch.Tensor,
     t: int,
     hkv: int,
     cfg: NSAConfig,
     alloc: object = torch.empty,
     banded: bool | None = None,
 ) -> torch.Tensor:
-    """Top-n from the block scores [B, Hkv, T, Ts] → [B, T, Hkv, n] int32 ascending, −1
-    padded (written in that order by the kernel: no sort on the host). banded: launch the rows
-    in bands of their width (None: ``BANDED``)."""
-    b, ts = scores.shape[0], scores.shape[3]
+    """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
+    (written in that order by the kernel: no sort on the host). banded: launch the rows in
+    bands of their width (None: ``BANDED``)."""
+    b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
-    picks = alloc((b, t, hkv, n), dtype=torch.int32, device=scores.device)  # type: ignore[operator]
+    picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
     use_bands = BANDED if banded is None else banded
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     for t0, t_hi, width in bands:
@@ -126,11 +130,12 @@ def topn_triton(
         if interpreting():
             block_r = max(block_r, 16)
         nsa_topn_kernel[(triton.cdiv(t_hi - t0, block_r), b * hkv)](
-            scores,
+            sa,
+            sb,
             picks,
-            scores.stride(0),
-            scores.stride(1),
-            scores.stride(2),
+            sa.stride(0),
+            sa.stride(1),
+            sa.stride(2),
             picks.stride(0),
             picks.stride(1),
             picks.stride(2),

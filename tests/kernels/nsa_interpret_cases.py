@@ -115,7 +115,9 @@ def test_topn_kernel_ties_to_smaller_index() -> None:
     """Equal scores everywhere: the kernel must pick forced blocks, then the smallest ones."""
     cfg = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=3, sel_local=1)
     t, ts = 100, 7
-    idx = topn_triton(torch.ones(1, 1, t, ts), t, 1, cfg)
+    sa = torch.ones(1, 1, t, ts)
+    sb = torch.zeros(1, 1, t, ts)
+    idx = topn_triton(sa, sb, t, 1, cfg)
     for pos in (0, 15, 16, 40, 99):
         cur = pos // 16
         want = sorted({0, cur} | ({1} if cur >= 2 else set()))
@@ -214,19 +216,18 @@ def _compressed_fp64(
     return o, lse.permute(0, 3, 1, 2).reshape(b, t, hq), scores
 
 
-def _seen_blocks(t: int, ts: int, cfg: NSAConfig) -> torch.Tensor:
-    """[T, Ts]: the blocks whose score the top-n kernel reads at each position (its own first
-    compressed block or the previous block's first visible); the rest may be unwritten."""
+def _kernel_scores(sa: torch.Tensor, sb: torch.Tensor, cfg: NSAConfig) -> torch.Tensor:
+    """Block scores from the kernel's banded halves, read the way the top-n kernel reads them
+    (unwritten entries, NaN under POISON_OUTPUTS, are masked)."""
+    t, ts = sa.shape[2], sa.shape[3]
     ratio = cfg.sel_block // cfg.cmp_stride
     num = torch.arange(t) + 1 - cfg.cmp_block
     imax = torch.where(num >= 0, num // cfg.cmp_stride, -1)[:, None]
-    return (torch.arange(ts)[None, :] - 1).clamp(min=0) * ratio <= imax
-
-
-def _kernel_scores(sc: torch.Tensor, cfg: NSAConfig) -> torch.Tensor:
-    """Block scores as the top-n kernel reads them (unwritten entries, NaN under
-    POISON_OUTPUTS, are masked to 0)."""
-    return torch.where(_seen_blocks(sc.shape[2], sc.shape[3], cfg), sc, 0.0).double()
+    j = torch.arange(ts)[None, :]
+    va = j * ratio <= imax
+    vb = (j >= 1) & ((j - 1) * ratio <= imax)
+    sb_next = torch.cat([torch.zeros_like(sb[..., :1]), sb[..., :-1]], dim=-1)
+    return torch.where(va, sa, 0.0).double() + torch.where(vb, sb_next, 0.0).double()
 
 
 @pytest.mark.parametrize("variant", ["v1", "v2", "v3", "v2h", "v3h"])
@@ -239,9 +240,9 @@ def test_compressed_kc_split_gives_fp32_logits(
     captured: dict[str, torch.Tensor] = {}
     topn = compressed_mod.topn_triton
 
-    def spy(sc: torch.Tensor, *args: object, **kw: object) -> torch.Tensor:
-        captured["scores"] = _kernel_scores(sc, FINE)
-        return topn(sc, *args, **kw)  # type: ignore[arg-type]
+    def spy(sa: torch.Tensor, sb: torch.Tensor, *args: object, **kw: object) -> torch.Tensor:
+        captured["scores"] = _kernel_scores(sa, sb, FINE)
+        return topn(sa, sb, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(compressed_mod, "topn_triton", spy)
     cfg, (b, t, hq, hkv, d) = FINE, (2, 160, 4, 2, 32)  # d=2: v2/v3 interior tiles run
@@ -328,21 +329,25 @@ def test_fp16_compressed_storage_keeps_fp32_logits(
     assert err < 1e-5, err
 
 
-def _topn_oracle(sc: torch.Tensor, t: int, cfg: NSAConfig) -> torch.Tensor:
-    """nsa_topn_kernel's contract in torch: among the blocks complete at the position,
-    forced blocks first, then by score (0 where no compressed block of the block or its
-    spill is visible yet: such entries may be unwritten), ties to the smaller index;
-    ascending, −1 padded. [B, T, Hkv, n]"""
-    b, hkv, _, ts = sc.shape
-    seen = _seen_blocks(t, ts, cfg)
+def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> torch.Tensor:
+    """nsa_topn_kernel's contract in torch: s = SA + SB shifted by one block, over the blocks
+    whose compressed blocks the position sees; forced blocks first, then by score, ties to the
+    smaller index; ascending, −1 padded. [B, T, Hkv, n]"""
+    b, hkv, _, ts = sa.shape
+    ratio = cfg.sel_block // cfg.cmp_stride
     out = torch.full((b, t, hkv, cfg.sel_count), -1, dtype=torch.int32)
     for pos in range(t):
+        num = pos + 1 - cfg.cmp_block
+        imax = num // cfg.cmp_stride if num >= 0 else -1
         cur = pos // cfg.sel_block
         for bb in range(b):
             for g in range(hkv):
                 ranked = []
                 for j in range(min(cur + 1, ts)):
-                    s = float(sc[bb, g, pos, j]) if seen[pos, j] else 0.0
+                    s = float(sa[bb, g, pos, j]) if j * ratio <= imax else 0.0
+                    if j >= 1 and (j - 1) * ratio <= imax:
+                        s = s + float(sb[bb, g, pos, j - 1])
+                    s = torch.tensor(s, dtype=torch.float32).item()  # the kernel's fp32 sum
                     forced = j < cfg.sel_init or j > cur - cfg.sel_local
                     ranked.append((0 if forced else 1, -s, j))
                 chosen = sorted(j for *_, j in sorted(ranked)[: cfg.sel_count])
@@ -353,9 +358,7 @@ def _topn_oracle(sc: torch.Tensor, t: int, cfg: NSAConfig) -> torch.Tensor:
 @pytest.mark.parametrize("banded", [True, False])
 @pytest.mark.parametrize(
     ("init", "local", "n"),
-    # init > 1; forced blocks = n (no round left); no local block, so the current block,
-    # seen through the previous block's spill only, competes on its score
-    [(1, 2, 5), (2, 2, 6), (2, 3, 5), (1, 0, 4)],
+    [(1, 2, 5), (2, 2, 6), (2, 3, 5)],  # init > 1; forced blocks = n (no round left)
 )
 def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, n: int) -> None:
     """300 positions with l′ = 4: four bands of widths 16, 32, 64 and 128 (``topn._bands``),
@@ -367,11 +370,10 @@ def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, 
     t, hkv = 300, 2
     ts = -(-t // cfg.sel_block)
     gen = torch.Generator().manual_seed(5)
-    # Entries the compressed kernel may leave unwritten are NaN, as POISON_OUTPUTS leaves them.
-    sc = torch.randint(0, 4, (1, hkv, t, ts), generator=gen).float() / 4
-    sc = torch.where(_seen_blocks(t, ts, cfg), sc, float("nan"))
-    got = topn_triton(sc, t, hkv, cfg, banded=banded)
-    want = _topn_oracle(sc, t, cfg)
+    sa = torch.randint(0, 4, (1, hkv, t, ts), generator=gen).float() / 4
+    sb = torch.randint(0, 4, (1, hkv, t, ts), generator=gen).float() / 8
+    got = topn_triton(sa, sb, t, hkv, cfg, banded=banded)
+    want = _topn_oracle(sa, sb, t, cfg)
     bad = (got != want).any(-1).nonzero().tolist()
     assert not bad, f"{len(bad)} rows differ, first {bad[:3]}"
 
