@@ -565,6 +565,13 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             t,
             lambda: selection_bwd_triton(*sel, dq=None, dk=dk, dv=dv),
         )
+        # the two ways to get all three, side by side (selection_bwd.FUSED_DQ picks the default)
+        for how, fused in (("separate", False), ("fused: dq atomically in dk+dv", True)):
+            timed(
+                f"  bwd selection dq+dk+dv, {how}",
+                t,
+                lambda f=fused: selection_bwd_triton(*sel, dq=dq, dk=dk, dv=dv, fused_dq=f),
+            )
         cmp_args = (q, parts["kc32"], parts["vc"], dout, lse_cmp, dd, gates, cfg, scale)
         split = parts["split"]
         timed(

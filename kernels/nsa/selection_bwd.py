@@ -17,9 +17,17 @@ partial dk/dv with one atomic add per element and chunk: ≈ (T·n/CHUNK + Ts)·
 adds per (batch, KV head), ≈ 6e8 in all at 64k (CHUNK = 128 positions for G = 16): ≈ 100×
 fewer. The atomics make dk/dv's last bits depend on the chunk order (fp32 addition); dq and
 the other branches are deterministic.
+
+Fused dq (``fused_dq``; off by default until measured on the GPU): the dk/dv programs already
+hold each (query row, chosen block) pair's dS, so dq = dS·K·scale costs them one more dot and
+an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper config: spread over
+distinct addresses, unlike the dk/dv scatter above), and the dq kernel, which recomputes P and
+dP over the same pairs, is not run. dq's last bits then depend on the order of the adds.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -29,6 +37,9 @@ from kernels.nsa._bwd_common import LOG2E, row_stats
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.selection import union_blocks
+
+#: Fused dq by default? ``KGRADE_NSA_SELECTION_DQ`` = "fused" / "separate" overrides it.
+FUSED_DQ = False
 
 # Query rows (positions × G heads) per dk/dv program: bounds the tail of the grid (block 0
 # has T·G rows) while keeping the atomic adds per element few (≈ rows chosen / CHUNK_ROWS).
@@ -182,11 +193,11 @@ def nsa_selection_bwd_dq_kernel(
     tl.store(dq_ptr, dq, mask=qmask)
 
 
-# restore_value: tuning runs the kernel repeatedly, and each run adds into DKO/DVO again
+# restore_value: tuning runs the kernel repeatedly, and each run adds into DKO/DVO (DQ) again
 @triton.autotune(
     configs=_kv_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "CHUNK"],
-    restore_value=["DKO", "DVO"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "CHUNK", "FUSE_DQ"],
+    restore_value=["DKO", "DVO", "DQ"],
 )
 @triton.jit
 def nsa_selection_bwd_dkdv_kernel(
@@ -202,6 +213,7 @@ def nsa_selection_bwd_dkdv_kernel(
     CSTART,  # [B·Hkv, Ts + 1] int32: first chunk of block j; entry Ts = number of chunks
     DKO,  # [B, T, Hkv, Dk] fp32, atomically added to
     DVO,  # [B, T, Hkv, Dv] fp32, atomically added to
+    DQ,  # FUSE_DQ: [B, T, Hq, Dk] fp32, atomically added to (else unused)
     T,
     TS,
     qk_scale,
@@ -218,6 +230,7 @@ def nsa_selection_bwd_dkdv_kernel(
     BLOCK_DK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
     DOT_F32: tl.constexpr,
+    FUSE_DQ: tl.constexpr,
     BLOCK_M: tl.constexpr,
 ):
     BLOCK_P: tl.constexpr = BLOCK_M // G  # positions per row tile
@@ -281,7 +294,13 @@ def nsa_selection_bwd_dkdv_kernel(
                 pt = tl.where(vis, tl.exp2(st - lse2[None, :]), 0.0) * gate[None, :]
                 dv += mma(pt.to(do.dtype), do, DOT_F32)
                 dpt = mma(v, tl.trans(do), DOT_F32)
-                dk += mma((pt * (dpt - dd[None, :])).to(q.dtype), q, DOT_F32)
+                dst = (pt * (dpt - dd[None, :])).to(q.dtype)  # [BLOCK_K, BLOCK_M] dSᵀ
+                dk += mma(dst, q, DOT_F32)
+                if FUSE_DQ:  # this block's share of the rows' dq, added where it belongs
+                    dq = mma(tl.trans(dst), k, DOT_F32) * sm_scale  # [BLOCK_M, BLOCK_DK]
+                    dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
+                    qmask = ok[:, None] & (offs_dk[None, :] < DK)
+                    tl.atomic_add(dq_ptr, dq, mask=qmask, sem="relaxed")
             # relaxed: plain accumulation, nothing is read back before the kernel ends
             dk_ptr = DKO + krow[:, None] * DK + offs_dk[None, :]
             tl.atomic_add(dk_ptr, dk * sm_scale, mask=kmask, sem="relaxed")
@@ -335,11 +354,14 @@ def selection_bwd_triton(
     dk: torch.Tensor | None,
     dv: torch.Tensor | None,
     dq_acc: bool = True,
+    fused_dq: bool | None = None,
 ) -> None:
     """Selection-branch gradients (all tensors contiguous, idx [B,T,Hkv,n] int32).
 
     dq is added to (dq_acc) or overwritten; dk/dv must already hold valid values (the window
-    branch writes them first): the kernel adds into them atomically.
+    branch writes them first): the kernel adds into them atomically. fused_dq: when all three
+    are wanted, the dk/dv kernel adds dq too and the dq kernel is skipped (None:
+    ``KGRADE_NSA_SELECTION_DQ``, else ``FUSED_DQ``).
     """
     b, t, hq, dk_dim = q.shape
     hkv, dv_dim = k.shape[2], v.shape[3]
@@ -357,7 +379,15 @@ def selection_bwd_triton(
         "BLOCK_DV": pow2(dv_dim),
         "DOT_F32": dot_f32(q.dtype),
     }
-    if dq is not None:
+    if fused_dq is None:
+        env = os.environ.get("KGRADE_NSA_SELECTION_DQ", "")
+        if env not in ("", "fused", "separate"):
+            raise ValueError(f"KGRADE_NSA_SELECTION_DQ must be 'fused' or 'separate', got {env!r}")
+        fused_dq = env == "fused" if env else FUSED_DQ
+    fuse = fused_dq and dq is not None and dk is not None and dv is not None
+    if fuse and not dq_acc:
+        dq.zero_()  # type: ignore[union-attr]
+    if dq is not None and not fuse:
         # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
         # (the forward pads G rows to 16 instead); their union of blocks is walked once.
         r = max(1, 16 // g)
@@ -374,6 +404,7 @@ def selection_bwd_triton(
         chunk = max(1, CHUNK_ROWS // g)
         qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk)
         nsa_selection_bwd_dkdv_kernel[(max_chunks, b * hkv)](
-            q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, t, ts,
-            scale * LOG2E, scale, CHUNK=chunk, BLOCK_K=block_k, BLOCK_TS=pow2(ts), **dims,
+            q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, dq if fuse else dk, t, ts,
+            scale * LOG2E, scale, CHUNK=chunk, BLOCK_K=block_k, BLOCK_TS=pow2(ts),
+            FUSE_DQ=fuse, **dims,
         )  # fmt: skip

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernels.nsa.attention as nsa_attention_mod
+import kernels.nsa.selection_bwd as selection_bwd_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
 from kernels.nsa.compressed_bwd import compressed_bwd_triton
 from kernels.nsa.config import num_cmp_blocks
@@ -308,6 +309,28 @@ def test_gpu_backward_paper_shape_t4096_bf16() -> None:
 def test_gpu_backward_groups_and_dtypes(group: int, dtype: torch.dtype) -> None:
     cfg = NSAConfig(window=256, sel_count=8)
     x = _inputs_gpu(1, 1777, group * 2, 2, 64, dtype, cfg, seed=group)
+    got, want = _grads(x, cfg, ("q", "k", "v", "gates"))
+    _check_grads(got, want, dtype)
+
+
+@pytest.mark.parametrize(
+    ("t", "hq", "hkv", "d", "dtype", "cfg"),
+    [(4096, 64, 4, 128, torch.bfloat16, PAPER), (1777, 4, 2, 64, torch.float32, None)],
+)
+def test_gpu_backward_selection_fused_dq(
+    monkeypatch: pytest.MonkeyPatch,
+    t: int,
+    hq: int,
+    hkv: int,
+    d: int,
+    dtype: torch.dtype,
+    cfg: NSAConfig | None,
+) -> None:
+    """dq added atomically by the selection dk/dv kernel (``selection_bwd.FUSED_DQ``): the
+    reference's gradients at the paper shape (G = 16) and in fp32 with G = 2."""
+    monkeypatch.setattr(selection_bwd_mod, "FUSED_DQ", True)
+    cfg = cfg or NSAConfig(window=256, sel_count=8)
+    x = _inputs_gpu(1, t, hq, hkv, d, dtype, cfg, seed=t)
     got, want = _grads(x, cfg, ("q", "k", "v", "gates"))
     _check_grads(got, want, dtype)
 

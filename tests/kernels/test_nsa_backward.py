@@ -252,6 +252,36 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
     _check(got, want, torch.float32)
 
 
+@pytest.mark.skipif(not interpreting(), reason="fused dq exists only in the Triton kernels")
+@pytest.mark.parametrize("case", [0, 1])  # batch 2 and G 4 in fp32; bf16 with G 1
+def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dq added by the selection dk/dv kernel (atomics per row and chosen block), blocks split
+    over several chunks, gives the reference's gradients, and the dq kernel does not run."""
+    b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
+    monkeypatch.setattr(selection_bwd_mod, "FUSED_DQ", True)
+    monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
+    launched: list[object] = []
+    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
+
+    class Spy:
+        def __getitem__(self, grid: object) -> object:
+            launched.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
+    x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq + 1)
+    got, want, _ = _run(x, cfg, tuple(n for n in NAMES if n in x))
+    _check(got, want, dtype)
+    assert not launched, "the dq kernel ran although dq was fused"
+    # the environment overrides the module default, both ways, and a typo is an error
+    monkeypatch.setenv("KGRADE_NSA_SELECTION_DQ", "separate")
+    _run(x, cfg, ("q", "k", "v"))
+    assert launched, "KGRADE_NSA_SELECTION_DQ=separate did not run the dq kernel"
+    monkeypatch.setenv("KGRADE_NSA_SELECTION_DQ", "fuse")
+    with pytest.raises(ValueError, match="KGRADE_NSA_SELECTION_DQ"):
+        _run(x, cfg, ("q",))
+
+
 def test_double_backward() -> None:
     """Second-order gradients: autograd through the PyTorch path gives them; the Triton
     backward is first-order only and says so instead of dropping the second-order terms."""
