@@ -385,8 +385,8 @@ def selection_bwd_triton(
             raise ValueError(f"KGRADE_NSA_SELECTION_DQ must be 'fused' or 'separate', got {env!r}")
         fused_dq = env == "fused" if env else FUSED_DQ
     fuse = fused_dq and dq is not None and dk is not None and dv is not None
-    if fuse and not dq_acc:
-        dq.zero_()  # type: ignore[union-attr]
+    if fuse and dq is not None and not dq_acc:
+        dq.zero_()  # the fused kernel only adds
     if dq is not None and not fuse:
         # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
         # (the forward pads G rows to 16 instead); their union of blocks is walked once.

@@ -282,6 +282,33 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
         _run(x, cfg, ("q",))
 
 
+@pytest.mark.skipif(not interpreting(), reason="fused dq exists only in the Triton kernels")
+def test_selection_fused_dq_overwrites_when_asked() -> None:
+    """dq_acc=False: the fused path overwrites a NaN dq as the dq kernel does (the atomics
+    only add, so it clears dq first); dk and dv are the same either way."""
+    from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.backward import _forward_parts
+    from kernels.nsa.validate import check_nsa_args
+
+    q, k, v, gates = make_inputs(1, 70, 4, 1, 16, torch.float32, seed=3)
+    dims = check_nsa_args(q, k, v, gates, CFG, None, None, None)
+    parts = _forward_parts(q, k, v, gates, None, None, None, CFG, dims)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
+    dd = bwd_preprocess(dout, *parts["o"])
+    sel = (q, k, v, parts["idx"], dout, parts["lse"][1], dd, gates, CFG, dims.scale)
+    out = {}
+    for fused in (False, True):
+        dq = torch.full(q.shape, float("nan"))
+        dk, dv = torch.zeros(k.shape), torch.zeros(v.shape)
+        selection_bwd_mod.selection_bwd_triton(
+            *sel, dq=dq, dk=dk, dv=dv, dq_acc=False, fused_dq=fused
+        )
+        out[fused] = (dq, dk, dv)
+    for a, b in zip(out[False], out[True], strict=True):
+        assert not b.isnan().any()
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
 def test_double_backward() -> None:
     """Second-order gradients: autograd through the PyTorch path gives them; the Triton
     backward is first-order only and says so instead of dropping the second-order terms."""
