@@ -565,7 +565,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             t,
             lambda: selection_bwd_triton(*sel, dq=None, dk=dk, dv=dv),
         )
-        # the two ways to get all three, side by side (selection_bwd.FUSED_DQ picks the default)
+        # the two ways to get all three, side by side (the "selection_dq" variant picks one)
         for how, fused in (("separate", False), ("fused: dq atomically in dk+dv", True)):
             timed(
                 f"  bwd selection dq+dk+dv, {how}",

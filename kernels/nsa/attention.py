@@ -30,24 +30,32 @@ POISON_OUTPUTS = False
 # Kernel variants of the Triton path, chosen at call time (benchmarks compare them side by
 # side on identical inputs before a default is picked). An entry set here wins over the
 # environment variable; None → env → DEFAULT_VARIANTS.
-VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None}
+VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selection_dq": None}
 # Measured fastest on one H200 (bench_nsa.py --variants, 2026-12-01, paper config, 64k):
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
-DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h"}
-_VARIANT_ENV = {"selection": "KGRADE_NSA_SELECTION", "compressed": "KGRADE_NSA_COMPRESSED"}
+# selection_dq (the backward): "fused" adds dq in the selection dk/dv kernel
+# (selection_bwd_triton's fused_dq); separate until measured on the GPU.
+DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "separate"}
+_VARIANT_ENV = {
+    "selection": "KGRADE_NSA_SELECTION",
+    "compressed": "KGRADE_NSA_COMPRESSED",
+    "selection_dq": "KGRADE_NSA_SELECTION_DQ",
+}
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
+    "selection_dq": {"separate": False, "fused": True},
 }
 
 
 def variant(branch: str) -> str:
-    """The active variant name of ``branch`` ("selection" or "compressed")."""
+    """The active variant name of ``branch`` ("selection", "compressed" or "selection_dq")."""
     name = VARIANTS[branch] or os.environ.get(_VARIANT_ENV[branch], "") or DEFAULT_VARIANTS[branch]
     if name not in _VARIANT_IMPLS[branch]:
         raise ValueError(
-            f"unknown NSA {branch} variant {name!r}; choose one of {sorted(_VARIANT_IMPLS[branch])}"
+            f"unknown NSA {branch} variant {name!r} (VARIANTS or {_VARIANT_ENV[branch]}); "
+            f"choose one of {sorted(_VARIANT_IMPLS[branch])}"
         )
     return name
 

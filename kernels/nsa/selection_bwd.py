@@ -18,7 +18,7 @@ adds per (batch, KV head), ≈ 6e8 in all at 64k (CHUNK = 128 positions for G = 
 fewer. The atomics make dk/dv's last bits depend on the chunk order (fp32 addition); dq and
 the other branches are deterministic.
 
-Fused dq (``fused_dq``; off by default until measured on the GPU): the dk/dv programs already
+Fused dq (``fused_dq``; the backward's "selection_dq" variant, off by default until measured on the GPU): the dk/dv programs already
 hold each (query row, chosen block) pair's dS, so dq = dS·K·scale costs them one more dot and
 an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper config: spread over
 distinct addresses, unlike the dk/dv scatter above), and the dq kernel, which recomputes P and
@@ -26,8 +26,6 @@ dP over the same pairs, is not run. dq's last bits then depend on the order of t
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -37,9 +35,6 @@ from kernels.nsa._bwd_common import LOG2E, row_stats
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.selection import union_blocks
-
-#: Fused dq by default? ``KGRADE_NSA_SELECTION_DQ`` = "fused" / "separate" overrides it.
-FUSED_DQ = False
 
 # Query rows (positions × G heads) per dk/dv program: bounds the tail of the grid (block 0
 # has T·G rows) while keeping the atomic adds per element few (≈ rows chosen / CHUNK_ROWS).
@@ -354,14 +349,13 @@ def selection_bwd_triton(
     dk: torch.Tensor | None,
     dv: torch.Tensor | None,
     dq_acc: bool = True,
-    fused_dq: bool | None = None,
+    fused_dq: bool = False,
 ) -> None:
     """Selection-branch gradients (all tensors contiguous, idx [B,T,Hkv,n] int32).
 
     dq is added to (dq_acc) or overwritten; dk/dv must already hold valid values (the window
     branch writes them first): the kernel adds into them atomically. fused_dq: when all three
-    are wanted, the dk/dv kernel adds dq too and the dq kernel is skipped (None:
-    ``KGRADE_NSA_SELECTION_DQ``, else ``FUSED_DQ``).
+    are wanted, the dk/dv kernel adds dq too and the dq kernel is skipped.
     """
     b, t, hq, dk_dim = q.shape
     hkv, dv_dim = k.shape[2], v.shape[3]
@@ -379,11 +373,6 @@ def selection_bwd_triton(
         "BLOCK_DV": pow2(dv_dim),
         "DOT_F32": dot_f32(q.dtype),
     }
-    if fused_dq is None:
-        env = os.environ.get("KGRADE_NSA_SELECTION_DQ", "")
-        if env not in ("", "fused", "separate"):
-            raise ValueError(f"KGRADE_NSA_SELECTION_DQ must be 'fused' or 'separate', got {env!r}")
-        fused_dq = env == "fused" if env else FUSED_DQ
     fuse = fused_dq and dq is not None and dk is not None and dv is not None
     if fuse and dq is not None and not dq_acc:
         dq.zero_()  # the fused kernel only adds

@@ -216,16 +216,19 @@ def _compressed_fp64(
     return o, lse.permute(0, 3, 1, 2).reshape(b, t, hq), scores
 
 
+def _own_block_written(t: int, ts: int, cfg: NSAConfig) -> torch.Tensor:
+    """[T, Ts]: selection blocks whose first compressed block position t sees, the ones whose
+    score halves the compressed kernel writes (the rest may be unwritten)."""
+    num = torch.arange(t) + 1 - cfg.cmp_block
+    imax = torch.where(num >= 0, num // cfg.cmp_stride, -1)[:, None]
+    return torch.arange(ts)[None, :] * (cfg.sel_block // cfg.cmp_stride) <= imax
+
+
 def _kernel_scores(sa: torch.Tensor, sb: torch.Tensor, cfg: NSAConfig) -> torch.Tensor:
     """Block scores from the kernel's banded halves, read the way the top-n kernel reads them
     (unwritten entries, NaN under POISON_OUTPUTS, are masked)."""
-    t, ts = sa.shape[2], sa.shape[3]
-    ratio = cfg.sel_block // cfg.cmp_stride
-    num = torch.arange(t) + 1 - cfg.cmp_block
-    imax = torch.where(num >= 0, num // cfg.cmp_stride, -1)[:, None]
-    j = torch.arange(ts)[None, :]
-    va = j * ratio <= imax
-    vb = (j >= 1) & ((j - 1) * ratio <= imax)
+    va = _own_block_written(sa.shape[2], sa.shape[3], cfg)
+    vb = torch.cat([torch.zeros_like(va[:, :1]), va[:, :-1]], dim=-1)  # block j − 1's
     sb_next = torch.cat([torch.zeros_like(sb[..., :1]), sb[..., :-1]], dim=-1)
     return torch.where(va, sa, 0.0).double() + torch.where(vb, sb_next, 0.0).double()
 
@@ -376,9 +379,7 @@ def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, 
     sb = torch.randint(0, 4, (1, hkv, t, ts), generator=gen).float() / 8
     # A block's halves are written once its first compressed block is visible; the rest may
     # be unwritten (NaN under POISON_OUTPUTS), and no pick may depend on them.
-    num = torch.arange(t) + 1 - cfg.cmp_block
-    imax = torch.where(num >= 0, num // cfg.cmp_stride, -1)[:, None]
-    written = torch.arange(ts)[None, :] * (cfg.sel_block // cfg.cmp_stride) <= imax
+    written = _own_block_written(t, ts, cfg)
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
     got = topn_triton(sa, sb, t, hkv, cfg, banded=banded)

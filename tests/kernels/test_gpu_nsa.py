@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import kernels.nsa.attention as nsa_attention_mod
-import kernels.nsa.selection_bwd as selection_bwd_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
 from kernels.nsa.compressed_bwd import compressed_bwd_triton
 from kernels.nsa.config import num_cmp_blocks
@@ -326,9 +325,9 @@ def test_gpu_backward_selection_fused_dq(
     dtype: torch.dtype,
     cfg: NSAConfig | None,
 ) -> None:
-    """dq added atomically by the selection dk/dv kernel (``selection_bwd.FUSED_DQ``): the
+    """dq added atomically by the selection dk/dv kernel (variant "selection_dq" fused): the
     reference's gradients at the paper shape (G = 16) and in fp32 with G = 2."""
-    monkeypatch.setattr(selection_bwd_mod, "FUSED_DQ", True)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", "fused")
     cfg = cfg or NSAConfig(window=256, sel_count=8)
     x = _inputs_gpu(1, t, hq, hkv, d, dtype, cfg, seed=t)
     got, want = _grads(x, cfg, ("q", "k", "v", "gates"))

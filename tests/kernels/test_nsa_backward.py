@@ -258,7 +258,7 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """dq added by the selection dk/dv kernel (atomics per row and chosen block), blocks split
     over several chunks, gives the reference's gradients, and the dq kernel does not run."""
     b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
-    monkeypatch.setattr(selection_bwd_mod, "FUSED_DQ", True)
+    monkeypatch.setenv("KGRADE_NSA_SELECTION_DQ", "fused")
     monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
     launched: list[object] = []
     real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
@@ -273,7 +273,7 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     got, want, _ = _run(x, cfg, tuple(n for n in NAMES if n in x))
     _check(got, want, dtype)
     assert not launched, "the dq kernel ran although dq was fused"
-    # the environment overrides the module default, both ways, and a typo is an error
+    # the environment picks either way, and a typo is an error
     monkeypatch.setenv("KGRADE_NSA_SELECTION_DQ", "separate")
     _run(x, cfg, ("q", "k", "v"))
     assert launched, "KGRADE_NSA_SELECTION_DQ=separate did not run the dq kernel"
