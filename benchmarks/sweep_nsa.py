@@ -5,14 +5,15 @@
 
 Kernels (``--kernel``): the forward's compressed branch ``cmp`` (``v2h``: attention, block
 scores, top-n) and selection ``slc`` (``v2``); the backward's ``slc_dq``, ``slc_kv``,
-``cmp_dq``, ``cmp_kv``, ``win_dq``, ``win_kv`` (each timed through its launch function on the
-forward's saved tensors, as ``bench_nsa.py --backward`` times them). Paper configuration (Hq
-64, Hkv 4, D 128, bf16, random inputs as ``bench_nsa.py``'s). Each candidate is a kernel's own
-config list (``NSA_AUTOTUNE=1``) plus the untried ones below, made the autotuner's only config
-in turn. Every candidate is compiled first by ``--jobs`` processes in parallel (Triton's
-on-disk cache), then timed in this process (median CUDA-event time, ``do_bench``), and its
-outputs checked against the kernel's default config (its first) on the same inputs. Prints
-one table per kernel, fastest first, each row's time also as a share of the default's.
+``slc_fused`` (the dk+dv kernel adding dq too), ``cmp_dq``, ``cmp_kv``, ``win_dq``, ``win_kv``
+(each timed through its launch function on the forward's saved tensors, as ``bench_nsa.py
+--backward`` times them). Paper configuration (Hq 64, Hkv 4, D 128, bf16, random inputs as
+``bench_nsa.py``'s). Each candidate is a kernel's own config list (``NSA_AUTOTUNE=1``) plus the
+untried ones below, made the autotuner's only config in turn. Every candidate is compiled first
+by ``--jobs`` processes in parallel (Triton's on-disk cache), then timed in this process (median
+CUDA-event time, ``do_bench``), and its outputs checked against the kernel's default config (its
+first) on the same inputs. Prints one table per kernel, fastest first, each row's time also as a
+share of the default's.
 """
 
 from __future__ import annotations
@@ -122,6 +123,11 @@ _SLC_KV_EXTRA = [
     ({"BLOCK_M": bm}, w, s)
     for bm, w, s in ((32, 2, 2), (32, 4, 3), (32, 1, 2), (64, 4, 3), (16, 1, 2), (16, 2, 2))
 ]
+# the same kernel with dq fused in: one more dot and dq's atomics per row tile, so the best
+# row tile and warp count may differ from dk+dv alone
+_SLC_FUSED_EXTRA = _SLC_KV_EXTRA + [
+    ({"BLOCK_M": bm}, w, s) for bm, w, s in ((16, 4, 2), (32, 8, 2), (32, 2, 3), (128, 4, 2))
+]
 _BLOCKS = ((128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 8, 2))
 
 
@@ -142,6 +148,11 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
         "backward selection dk+dv (incl. the block → queries map)",
         slc_bwd.nsa_selection_bwd_dkdv_kernel,
         _SLC_KV_EXTRA,
+    ),
+    "slc_fused": (
+        "backward selection dq+dk+dv, fused (dq added atomically by the dk+dv kernel)",
+        slc_bwd.nsa_selection_bwd_dkdv_kernel,
+        _SLC_FUSED_EXTRA,
     ),
     "cmp_dq": (
         "backward compressed dq",
@@ -242,8 +253,11 @@ def setup(t: int) -> dict[str, Any]:
     }
 
 
-def call(kernel: str, x: dict[str, Any]) -> tuple[Callable[[], object], Callable[[], tuple]]:
-    """(the timed call, a checked call: accumulators zeroed, one run, its outputs cloned)."""
+def call(
+    kernel: str, x: dict[str, Any]
+) -> tuple[Callable[[], object], Callable[[], tuple], tuple[str, ...]]:
+    """(the timed call, a checked call: accumulators zeroed, one run, its outputs cloned, the
+    outputs' names)."""
     cfg, scale, p = x["cfg"], x["scale"], x["parts"]
     q, k, v, dout, dd, gates = x["q"], x["k"], x["v"], x["dout"], x["dd"], x["gates"]
     lse_cmp, lse_slc, lse_win = p["lse"]
@@ -269,6 +283,12 @@ def call(kernel: str, x: dict[str, Any]) -> tuple[Callable[[], object], Callable
         "slc_kv": (  # adds into dk, dv
             lambda: slc_bwd.selection_bwd_triton(*sel, dq=None, dk=x["dk"], dv=x["dv"]),
             ("dk", "dv"),
+        ),
+        "slc_fused": (  # adds into dq, dk, dv
+            lambda: slc_bwd.selection_bwd_triton(
+                *sel, dq=x["dq"], dk=x["dk"], dv=x["dv"], fused_dq=True
+            ),
+            ("dq", "dk", "dv"),
         ),
         "cmp_dq": (
             lambda: cmp_bwd.compressed_bwd_triton(
@@ -299,7 +319,8 @@ def call(kernel: str, x: dict[str, Any]) -> tuple[Callable[[], object], Callable
         fn()
         return tuple(x[name].clone() for name in bufs)
 
-    return fn, checked
+    fwd_names = ("o", "lse", "idx") if kernel == "cmp" else ("o", "lse")
+    return fn, checked, bufs or fwd_names  # the forward kernels return fresh tensors
 
 
 def _compile_some(chunk: list[Cand]) -> list[tuple[Cand, str]]:
@@ -329,13 +350,12 @@ def same_sets(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((sa == sb).all(dim=-1).float().mean())
 
 
-def check(kernel: str, out: tuple, ref: tuple) -> str:
+def check(kernel: str, out: tuple, ref: tuple, names: tuple[str, ...]) -> str:
     if kernel == "cmp":  # (o, lse, idx)
         return (
             f"sets {same_sets(out[2], ref[2]):.5f}; o {diff(out[0], ref[0])}; "
             f"lse {diff(out[1], ref[1])}"
         )
-    names = ("o", "lse") if kernel == "slc" else ("grad",) * len(out)
     return "; ".join(f"{n} {diff(a, b)}" for n, a, b in zip(names, out, ref, strict=True))
 
 
@@ -352,8 +372,8 @@ def sweep(kernel: str, seqs: list[int], cands: list[Cand]) -> None:
         for c in cands:
             try:
                 use(c)
-                fn, checked = call(kernel, x)
-                chk = check(kernel, checked(), ref)
+                fn, checked, names = call(kernel, x)
+                chk = check(kernel, checked(), ref, names)
                 ms = bench(fn)
                 times[c][t] = ms
                 results[c][t] = chk
