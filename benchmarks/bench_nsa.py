@@ -565,10 +565,16 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             t,
             lambda: selection_bwd_triton(*sel, dq=None, dk=dk, dv=dv),
         )
-        # the two ways to get all three, side by side (the "selection_dq" variant picks one)
-        for how, fused in (("separate", False), ("fused: dq atomically in dk+dv", True)):
+        # the two ways to get all three, side by side (the "selection_dq" variant picks one:
+        # the row fwd+bwd runs is marked)
+        active = nsa_mod.variant("selection_dq")
+        for name, how, fused in (
+            ("separate", "separate", False),
+            ("fused", "fused: dq atomically in dk+dv", True),
+        ):
+            mark = " (in fwd+bwd)" if name == active else ""
             timed(
-                f"  bwd selection dq+dk+dv, {how}",
+                f"  bwd selection dq+dk+dv, {how}{mark}",
                 t,
                 lambda f=fused: selection_bwd_triton(*sel, dq=dq, dk=dk, dv=dv, fused_dq=f),
             )

@@ -312,11 +312,12 @@ def test_gpu_backward_groups_and_dtypes(group: int, dtype: torch.dtype) -> None:
     _check_grads(got, want, dtype)
 
 
+@pytest.mark.parametrize("selection_dq", ["fused", "separate"])
 @pytest.mark.parametrize(
     ("t", "hq", "hkv", "d", "dtype", "cfg"),
     [(4096, 64, 4, 128, torch.bfloat16, PAPER), (1777, 4, 2, 64, torch.float32, None)],
 )
-def test_gpu_backward_selection_fused_dq(
+def test_gpu_backward_selection_dq_variants(
     monkeypatch: pytest.MonkeyPatch,
     t: int,
     hq: int,
@@ -324,10 +325,12 @@ def test_gpu_backward_selection_fused_dq(
     d: int,
     dtype: torch.dtype,
     cfg: NSAConfig | None,
+    selection_dq: str,
 ) -> None:
-    """dq added atomically by the selection dk/dv kernel (variant "selection_dq" fused): the
-    reference's gradients at the paper shape (G = 16) and in fp32 with G = 2."""
-    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", "fused")
+    """Both ways to the selection's dq, whichever is the default: added atomically by the
+    dk/dv kernel ("fused") or by the dq kernel ("separate"); the reference's gradients at the
+    paper shape (G = 16) and in fp32 with G = 2."""
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", selection_dq)
     cfg = cfg or NSAConfig(window=256, sel_count=8)
     x = _inputs_gpu(1, t, hq, hkv, d, dtype, cfg, seed=t)
     got, want = _grads(x, cfg, ("q", "k", "v", "gates"))

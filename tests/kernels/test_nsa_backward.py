@@ -47,6 +47,17 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
 
 
+# The Triton backward's two ways to the selection's dq: added by the dk/dv kernel (the
+# default) or by its own kernel. Both stay covered whichever is the default.
+SELECTION_DQ = ["fused", "separate"]
+
+
+def _use_selection_dq(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    if name != nsa_attention_mod.DEFAULT_VARIANTS["selection_dq"] and not interpreting():
+        pytest.skip("the PyTorch path has no selection dq variants (run once, at the default)")
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", name)
+
+
 def _inputs(
     b: int,
     t: int,
@@ -136,10 +147,21 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
 @pytest.mark.parametrize(("b", "t", "hq", "hkv", "dk", "dv", "dtype", "cfg"), CASES)
 def test_gradients_match_naive(
-    b: int, t: int, hq: int, hkv: int, dk: int, dv: int, dtype: torch.dtype, cfg: NSAConfig
+    b: int,
+    t: int,
+    hq: int,
+    hkv: int,
+    dk: int,
+    dv: int,
+    dtype: torch.dtype,
+    cfg: NSAConfig,
+    selection_dq: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _use_selection_dq(monkeypatch, selection_dq)
     x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq)
     wanted = tuple(n for n in NAMES if n in x)
     got, want, _ = _run(x, cfg, wanted)
@@ -195,9 +217,12 @@ def test_given_indices_with_holes_and_expanded_dout(monkeypatch: pytest.MonkeyPa
     _check(got, want, torch.float32)
 
 
-def test_one_hot_gates_and_bf16_gates() -> None:
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
+def test_one_hot_gates_and_bf16_gates(selection_dq: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A branch whose gate is 0 contributes no gradient; gates' gradient keeps their dtype.
-    G = 16 (the paper's group): the selection dq kernel walks one position per program."""
+    G = 16 (the paper's group): the selection dq kernel walks one position per program, the
+    fused dk/dv kernel's row tiles hold whole positions."""
+    _use_selection_dq(monkeypatch, selection_dq)
     q, k, v, gates = make_inputs(1, 64, 16, 1, 16, torch.bfloat16, seed=3, gates="slc")
     x = {"q": q, "k": k, "v": v, "gates": gates.to(torch.bfloat16)}
     got, want, _ = _run(x, CFG, ("q", "k", "v", "gates"))
@@ -239,7 +264,9 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
     """The selection forward and dq kernels walking each selected block whole (KSPLIT 1) or
     in 2 (the GPU's default) or 4 key tiles of 32 or 16 keys (online softmax across them)
     give the reference's output and gradients. The other tests here have l′ ≤ 16, where the
-    interpreter's default split would leave tiles under tl.dot's 16 keys: it keeps them whole."""
+    interpreter's default split would leave tiles under tl.dot's 16 keys: it keeps them whole.
+    The dq kernel runs only with the selection dq "separate"."""
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", "separate")
     for tuner in (
         selection_mod.nsa_selection_fwd_kernel_v2,
         selection_bwd_mod.nsa_selection_bwd_dq_kernel,
