@@ -568,15 +568,16 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
         # the two ways to get all three, side by side (the "selection_dq" variant picks one:
         # the row fwd+bwd runs is marked)
         active = nsa_mod.variant("selection_dq")
-        for name, how, fused in (
-            ("separate", "separate", False),
-            ("fused", "fused: dq atomically in dk+dv", True),
+        for name, how in (
+            ("separate", "separate"),
+            ("fused", "fused: dq atomically in dk+dv"),
+            ("ds", "ds: dk+dv stores dS, dq from it"),
         ):
             mark = " (in fwd+bwd)" if name == active else ""
             timed(
                 f"  bwd selection dq+dk+dv, {how}{mark}",
                 t,
-                lambda f=fused: selection_bwd_triton(*sel, dq=dq, dk=dk, dv=dv, fused_dq=f),
+                lambda p=name: selection_bwd_triton(*sel, dq=dq, dk=dk, dv=dv, dq_path=p),
             )
         cmp_args = (q, parts["kc32"], parts["vc"], dout, lse_cmp, dd, gates, cfg, scale)
         split = parts["split"]

@@ -5,15 +5,16 @@
 
 Kernels (``--kernel``): the forward's compressed branch ``cmp`` (``v2h``: attention, block
 scores, top-n) and selection ``slc`` (``v2``); the backward's ``slc_dq``, ``slc_kv``,
-``slc_fused`` (the dk+dv kernel adding dq too), ``cmp_dq``, ``cmp_kv``, ``win_dq``, ``win_kv``
-(each timed through its launch function on the forward's saved tensors, as ``bench_nsa.py
---backward`` times them). Paper configuration (Hq 64, Hkv 4, D 128, bf16, random inputs as
-``bench_nsa.py``'s). Each candidate is a kernel's own config list (``NSA_AUTOTUNE=1``) plus the
-untried ones below, made the autotuner's only config in turn. Every candidate is compiled first
-by ``--jobs`` processes in parallel (Triton's on-disk cache), then timed in this process (median
-CUDA-event time, ``do_bench``), and its outputs checked against the kernel's default config (its
-first) on the same inputs. Prints one table per kernel, fastest first, each row's time also as a
-share of the default's.
+``slc_fused`` (the dk+dv kernel adding dq too), ``slc_ds`` (the dq kernel reading the dS the
+dk+dv kernel stored: its configs, timed with the dk+dv kernel), ``cmp_dq``, ``cmp_kv``,
+``win_dq``, ``win_kv`` (each timed through its launch function on the forward's saved tensors,
+as ``bench_nsa.py --backward`` times them). Paper configuration (Hq 64, Hkv 4, D 128, bf16,
+random inputs as ``bench_nsa.py``'s). Each candidate is a kernel's own config list
+(``NSA_AUTOTUNE=1``) plus the untried ones below, made the autotuner's only config in turn.
+Every candidate is compiled first by ``--jobs`` processes in parallel (Triton's on-disk cache),
+then timed in this process (median CUDA-event time, ``do_bench``), and its outputs checked
+against the kernel's default config (its first) on the same inputs. Prints one table per kernel,
+fastest first, each row's time also as a share of the default's.
 """
 
 from __future__ import annotations
@@ -154,6 +155,11 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
         slc_bwd.nsa_selection_bwd_dkdv_kernel,
         _SLC_FUSED_EXTRA,
     ),
+    "slc_ds": (
+        "backward selection dq+dk+dv, stored dS (the configs of the dq kernel reading it)",
+        slc_bwd.nsa_selection_bwd_dq_ds_kernel,
+        _SLC_DQ_EXTRA,
+    ),
     "cmp_dq": (
         "backward compressed dq",
         cmp_bwd.nsa_compressed_bwd_dq_kernel,
@@ -286,7 +292,13 @@ def call(
         ),
         "slc_fused": (  # adds into dq, dk, dv
             lambda: slc_bwd.selection_bwd_triton(
-                *sel, dq=x["dq"], dk=x["dk"], dv=x["dv"], fused_dq=True
+                *sel, dq=x["dq"], dk=x["dk"], dv=x["dv"], dq_path="fused"
+            ),
+            ("dq", "dk", "dv"),
+        ),
+        "slc_ds": (  # adds into dq, dk, dv
+            lambda: slc_bwd.selection_bwd_triton(
+                *sel, dq=x["dq"], dk=x["dk"], dv=x["dv"], dq_path="ds"
             ),
             ("dq", "dk", "dv"),
         ),

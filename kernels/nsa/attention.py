@@ -37,7 +37,8 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # selection_dq (the backward): "fused" adds dq in the selection dk/dv kernel
 # (selection_bwd_triton's fused_dq) instead of running the dq kernel: dq+dk+dv 31.9 ms against
 # 36.1-37.1 separate, fwd+bwd 127.3-127.9 against 131.8-132.7 (run 50, 2026-12-03, 64k).
-# "separate" keeps dq's bits independent of the order of the adds.
+# "separate" keeps dq's bits independent of the order of the adds; "ds" (the dk/dv kernel
+# stores dS, a dq kernel reads it back: no atomics, a T·Hq·n·l′ buffer) awaits its GPU run.
 DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "fused"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
@@ -47,7 +48,7 @@ _VARIANT_ENV = {
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
-    "selection_dq": {"separate": False, "fused": True},
+    "selection_dq": {name: name for name in ("separate", "fused", "ds")},
 }
 
 

@@ -190,10 +190,10 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     # window first: it overwrites dq, dk, dv (every element), the others add into them
     window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=dq, dk=dk, dv=dv)
     sel_grads = (dout, lse_slc, dd, gates)
-    fused = fwd.variant("selection_dq") == "fused"
     selection_bwd_triton(
-        q, k, v, idx, *sel_grads, cfg, dims.scale, dq=dq, dk=dk, dv=dv, fused_dq=fused
-    )
+        q, k, v, idx, *sel_grads, cfg, dims.scale, dq=dq, dk=dk, dv=dv,
+        dq_path=fwd.variant("selection_dq"), alloc=alloc,
+    )  # fmt: skip
     dkc = dvc = None
     if dims.tc > 0 and (need_q or need_cmp_kv):
         if need_cmp_kv:

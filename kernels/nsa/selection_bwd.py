@@ -24,9 +24,20 @@ hold each (query row, chosen block) pair's dS, so dq = dS·K·scale costs them o
 an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper config: spread over
 distinct addresses, unlike the dk/dv scatter above), and the dq kernel, which recomputes P and
 dP over the same pairs, is not run. dq's last bits then depend on the order of the adds.
+
+Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, off by default until measured
+on the GPU): the dk/dv kernel stores each pair's dS, in the dtype its dots use (bf16 for bf16
+inputs, so dq is the same sum of the same products as the fused path's), into a [B, T, Hq, n,
+l′] buffer, and ``nsa_selection_bwd_dq_ds_kernel`` forms dq = Σ_slots dS·K per (position, KV
+head) without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
+recompute, and no 8.6e9 atomic adds; the price is the buffer (T·Hq·n·l′ values: 8.6 GB at
+64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES`` the fused path
+runs instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import triton
@@ -40,6 +51,10 @@ from kernels.nsa.selection import union_blocks
 # Query rows (positions × G heads) per dk/dv program: bounds the tail of the grid (block 0
 # has T·G rows) while keeping the atomic adds per element few (≈ rows chosen / CHUNK_ROWS).
 CHUNK_ROWS = 2048
+# The stored-dS path's buffer cap: 16 GiB holds T = 64k at the paper config in bf16 (8.6 GB)
+# beside the forward's tensors on an 80-141 GB GPU; longer sequences take the fused path.
+DS_MAX_BYTES = 16 << 30
+DQ_PATHS = ("separate", "fused", "ds")
 
 
 def _dq_configs() -> list[triton.Config]:
@@ -65,6 +80,19 @@ def _kv_configs() -> list[triton.Config]:
         [
             triton.Config({"BLOCK_M": bm}, num_warps=w, num_stages=s)
             for bm, w, s in ((32, 4, 2), (64, 8, 2), (128, 8, 2), (64, 4, 2), (64, 8, 3))
+        ]
+    )
+
+
+def _dq_ds_configs() -> list[triton.Config]:
+    if interpreting():  # KSPLIT as on the GPU, so the CPU tests run the default's key tiles
+        return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 2}, num_warps=4, num_stages=1)]
+    # Not yet measured: the first is the dq kernel's measured best (one warp, half-block key
+    # tiles, 2 stages), whose K gathers this kernel shares; sweep_nsa.py --kernel slc_ds.
+    return autotune_configs(
+        [
+            triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
+            for ks, w, s in ((2, 1, 2), (1, 1, 2), (1, 2, 2), (2, 1, 3), (1, 2, 3), (2, 2, 2))
         ]
     )
 
@@ -192,7 +220,7 @@ def nsa_selection_bwd_dq_kernel(
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DKO/DVO (DQ) again
 @triton.autotune(
     configs=_kv_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "CHUNK", "FUSE_DQ"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "CHUNK", "FUSE_DQ", "STORE_DS"],
     restore_value=["DKO", "DVO", "DQ"],
 )
 @triton.jit
@@ -204,12 +232,13 @@ def nsa_selection_bwd_dkdv_kernel(
     LSE,  # [B, T, Hq] fp32 lse_slc
     DD,  # [B, T, Hq, 3] fp32
     GATES,  # [B, T, Hq, 3]
-    QPOS,  # [B·Hkv, T·n] int32: query positions grouped by chosen block (reverse map)
+    QPOS,  # [B·Hkv, T·n] int32: query positions grouped by chosen block (reverse map);
+    # STORE_DS: entries t·n + slot instead (the slot locates the pair's dS)
     QOFF,  # [B·Hkv, Ts + 1] int32: start of block j's positions in its QPOS row
     CSTART,  # [B·Hkv, Ts + 1] int32: first chunk of block j; entry Ts = number of chunks
     DKO,  # [B, T, Hkv, Dk] fp32, atomically added to
     DVO,  # [B, T, Hkv, Dv] fp32, atomically added to
-    DQ,  # FUSE_DQ: [B, T, Hq, Dk] fp32, atomically added to (else unused)
+    DQ,  # FUSE_DQ: [B, T, Hq, Dk] fp32, atomically added to; STORE_DS: [B, T, Hq, n, l′] dS
     T,
     TS,
     qk_scale,
@@ -228,6 +257,7 @@ def nsa_selection_bwd_dkdv_kernel(
     DOT_F32: tl.constexpr,
     FUSE_DQ: tl.constexpr,
     BLOCK_M: tl.constexpr,
+    STORE_DS: tl.constexpr = False,
 ):
     BLOCK_P: tl.constexpr = BLOCK_M // G  # positions per row tile
     HQ: tl.constexpr = HKV * G
@@ -270,6 +300,9 @@ def nsa_selection_bwd_dkdv_kernel(
                 ent = e + rows // G
                 ok = ent < e1
                 t = tl.load(qpos_row + ent, mask=ok, other=0)  # [BLOCK_M] query positions
+                if STORE_DS:  # entries t·n + slot
+                    slot = t % N_SEL
+                    t = t // N_SEL
                 ridx = (b * T + t) * HQ + g * G + rows % G
                 q = tl.load(
                     Q + ridx[:, None] * DK + offs_dk[None, :],
@@ -297,6 +330,13 @@ def nsa_selection_bwd_dkdv_kernel(
                     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
                     qmask = ok[:, None] & (offs_dk[None, :] < DK)
                     tl.atomic_add(dq_ptr, dq, mask=qmask, sem="relaxed")
+                if STORE_DS:  # this pair's dS, for the dq kernel that reads it back
+                    ds_row = (ridx * N_SEL + slot) * L_SEL + u0  # [BLOCK_M]
+                    tl.store(
+                        DQ + ds_row[None, :] + u[:, None],
+                        dst.to(DQ.dtype.element_ty),
+                        mask=(u0 + u < L_SEL)[:, None] & ok[None, :],
+                    )
             # relaxed: plain accumulation, nothing is read back before the kernel ends
             dk_ptr = DKO + krow[:, None] * DK + offs_dk[None, :]
             tl.atomic_add(dk_ptr, dk * sm_scale, mask=kmask, sem="relaxed")
@@ -305,13 +345,86 @@ def nsa_selection_bwd_dkdv_kernel(
             )
 
 
+# restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
+@triton.autotune(
+    configs=_dq_ds_configs(),
+    key=["T", "G", "BLOCK_DK", "N_SEL", "ACC"],
+    restore_value=["DQ"],
+)
+@triton.jit
+def nsa_selection_bwd_dq_ds_kernel(
+    K,  # [B, T, Hkv, Dk]
+    IDX,  # [B, T, Hkv, n] int32, −1 = empty
+    DS,  # [B, T, Hq, n, l′] dS of each (row, slot, key), stored by the dk/dv kernel
+    DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
+    T,
+    sm_scale,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    L_SEL: tl.constexpr,
+    N_SEL: tl.constexpr,
+    DK: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # pow2 ≥ max(16, G): the G heads of one position, padded
+    BLOCK_KF: tl.constexpr,  # pow2 ≥ l′ (≤ 128): a whole selected block's key tile
+    BLOCK_DK: tl.constexpr,
+    ACC: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
+):
+    """dq = scale · Σ_slots dS·K for one position's G heads: no softmax to recompute."""
+    BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
+    HQ: tl.constexpr = HKV * G
+    N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
+    t = tl.program_id(0)
+    pid_bg = tl.program_id(1)
+    b = (pid_bg // HKV).to(tl.int64)
+    g = pid_bg % HKV
+    rows = tl.arange(0, BLOCK_M)
+    row_ok = rows < G
+    ridx = (b * T + t) * HQ + g * G + rows  # [BLOCK_M]
+    list_base = IDX + ((b * T + t) * HKV + g) * N_SEL
+    kv_row = b * T * HKV + g
+    offs_dk = tl.arange(0, BLOCK_DK)
+    u = tl.arange(0, BLOCK_K)
+    dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
+    # one flat loop over (slot, key tile), as the dq kernel's: an empty slot (−1) gives tok < 0,
+    # all masked, so its dS (never written) is not read
+    for it in tl.range(0, N_SEL * N_SUB, num_stages=NUM_STAGES):
+        slot = it // N_SUB
+        blk = tl.load(list_base + slot)
+        u0 = (it % N_SUB) * BLOCK_K
+        tok = blk * L_SEL + u0 + u  # [BLOCK_K]
+        kin = (u0 + u < L_SEL) & (tok >= 0) & (tok < T)
+        k = tl.load(
+            K + (kv_row + tok * HKV)[:, None] * DK + offs_dk[None, :],
+            mask=kin[:, None] & (offs_dk[None, :] < DK),
+            other=0.0,
+        )  # [BLOCK_K, BLOCK_DK]
+        ds = tl.load(
+            DS + ((ridx * N_SEL + slot) * L_SEL + u0)[:, None] + u[None, :],
+            mask=row_ok[:, None] & kin[None, :],
+            other=0.0,
+        )  # [BLOCK_M, BLOCK_K]
+        if DOT_F32:
+            k = k.to(tl.float32)
+            ds = ds.to(tl.float32)
+        dq += mma(ds, k, DOT_F32)
+    dq = dq * sm_scale
+    qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
+    dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
+    if ACC:
+        dq += tl.load(dq_ptr, mask=qmask, other=0.0)
+    tl.store(dq_ptr, dq, mask=qmask)
+
+
 def reverse_map(
-    idx: torch.Tensor, ts: int, chunk: int
+    idx: torch.Tensor, ts: int, chunk: int, entries: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Transpose block_indices into per-block query lists, on the device, without a sync.
 
     idx [B, T, Hkv, n] int32 (−1 empty) → (qpos [B·Hkv, T·n] int32: positions grouped by
-    block, ascending within a block, empty slots last; qoff [B·Hkv, Ts+1] int32: start of
+    block, ascending within a block, empty slots last (entries: t·n + slot instead of t); qoff [B·Hkv, Ts+1] int32: start of
     block j's run; cstart [B·Hkv, Ts+1] int32: first chunk of block j, entry Ts = chunk
     count; max_chunks: a bound on the chunk count of any row, the kernel's grid size).
     """
@@ -322,7 +435,7 @@ def reverse_map(
     # as int16, a quarter of int64's passes, to the same stable order.
     narrow = torch.int16 if ts < 2**15 else torch.int32
     _, order = torch.sort(key.to(narrow), dim=-1, stable=True)  # stable: positions ascending
-    qpos = (order // n).to(torch.int32).contiguous()
+    qpos = (order if entries else order // n).to(torch.int32).contiguous()
     counts = torch.zeros((b * hkv, ts + 1), dtype=torch.int64, device=idx.device)
     counts.scatter_add_(1, key, torch.ones_like(key))
     qoff = (torch.cumsum(counts, dim=1) - counts).to(torch.int32).contiguous()
@@ -350,14 +463,19 @@ def selection_bwd_triton(
     dk: torch.Tensor | None,
     dv: torch.Tensor | None,
     dq_acc: bool = True,
-    fused_dq: bool = False,
+    dq_path: str = "separate",
+    alloc: Callable[..., torch.Tensor] = torch.empty,
 ) -> None:
     """Selection-branch gradients (all tensors contiguous, idx [B,T,Hkv,n] int32).
 
     dq is added to (dq_acc) or overwritten; dk/dv must already hold valid values (the window
-    branch writes them first): the kernel adds into them atomically. fused_dq: when all three
-    are wanted, the dk/dv kernel adds dq too and the dq kernel is skipped.
+    branch writes them first): the kernel adds into them atomically. dq_path, when all three
+    are wanted: "separate" (the dq kernel), "fused" (the dk/dv kernel adds dq) or "ds" (the
+    dk/dv kernel stores dS, a dq kernel reads it back; "fused" above ``DS_MAX_BYTES``). alloc
+    makes the dS buffer (the backward's allocator, which tests fill with NaN).
     """
+    if dq_path not in DQ_PATHS:
+        raise ValueError(f"unknown selection dq_path {dq_path!r}; choose one of {DQ_PATHS}")
     b, t, hq, dk_dim = q.shape
     hkv, dv_dim = k.shape[2], v.shape[3]
     g = hq // hkv
@@ -374,10 +492,14 @@ def selection_bwd_triton(
         "BLOCK_DV": pow2(dv_dim),
         "DOT_F32": dot_f32(q.dtype),
     }
-    fuse = fused_dq and dq is not None and dk is not None and dv is not None
+    path = dq_path if dq is not None and dk is not None and dv is not None else "separate"
+    ds_dtype = torch.float32 if dims["DOT_F32"] else q.dtype
+    if path == "ds" and b * t * hq * n * lp * ds_dtype.itemsize > DS_MAX_BYTES:
+        path = "fused"
+    fuse = path == "fused"
     if fuse and dq is not None and not dq_acc:
         dq.zero_()  # the fused kernel only adds
-    if dq is not None and not fuse:
+    if dq is not None and path == "separate":
         # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
         # (the forward pads G rows to 16 instead); their union of blocks is walked once.
         r = max(1, 16 // g)
@@ -392,9 +514,18 @@ def selection_bwd_triton(
     if dk is not None and dv is not None:
         ts = -(-t // lp)
         chunk = max(1, CHUNK_ROWS // g)
-        qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk)
+        store_ds = path == "ds"
+        qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk, entries=store_ds)
+        ds = alloc((b, t, hq, n, lp), dtype=ds_dtype, device=q.device) if store_ds else None
+        third = ds if ds is not None else dq if fuse else dk  # unused when neither
         nsa_selection_bwd_dkdv_kernel[(max_chunks, b * hkv)](
-            q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, dq if fuse else dk, t, ts,
+            q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, third, t, ts,
             scale * LOG2E, scale, CHUNK=chunk, BLOCK_K=block_k, BLOCK_TS=pow2(ts),
-            FUSE_DQ=fuse, **dims,
+            FUSE_DQ=fuse, STORE_DS=store_ds, **dims,
         )  # fmt: skip
+        if ds is not None:
+            nsa_selection_bwd_dq_ds_kernel[(t, b * hkv)](
+                k, idx, ds, dq, t, scale, HKV=hkv, G=g, L_SEL=lp, N_SEL=n, DK=dk_dim,
+                BLOCK_M=pow2(g), BLOCK_KF=block_k, BLOCK_DK=dims["BLOCK_DK"], ACC=dq_acc,
+                DOT_F32=dims["DOT_F32"],
+            )  # fmt: skip

@@ -312,7 +312,7 @@ def test_gpu_backward_groups_and_dtypes(group: int, dtype: torch.dtype) -> None:
     _check_grads(got, want, dtype)
 
 
-@pytest.mark.parametrize("selection_dq", ["fused", "separate"])
+@pytest.mark.parametrize("selection_dq", ["fused", "separate", "ds"])
 @pytest.mark.parametrize(
     ("t", "hq", "hkv", "d", "dtype", "cfg"),
     [(4096, 64, 4, 128, torch.bfloat16, PAPER), (1777, 4, 2, 64, torch.float32, None)],
@@ -327,9 +327,10 @@ def test_gpu_backward_selection_dq_variants(
     cfg: NSAConfig | None,
     selection_dq: str,
 ) -> None:
-    """Both ways to the selection's dq, whichever is the default: added atomically by the
-    dk/dv kernel ("fused") or by the dq kernel ("separate"); the reference's gradients at the
-    paper shape (G = 16) and in fp32 with G = 2."""
+    """Every way to the selection's dq, whichever is the default: added atomically by the
+    dk/dv kernel ("fused"), by the dq kernel ("separate"), or read back from the dS the dk/dv
+    kernel stored ("ds"); the reference's gradients at the paper shape (G = 16) and in fp32
+    with G = 2."""
     monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", selection_dq)
     cfg = cfg or NSAConfig(window=256, sel_count=8)
     x = _inputs_gpu(1, t, hq, hkv, d, dtype, cfg, seed=t)

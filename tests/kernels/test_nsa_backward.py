@@ -12,6 +12,7 @@ not depend on how it was made), and for fp32 inputs the indices must equal its o
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
@@ -47,9 +48,10 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
 
 
-# The Triton backward's two ways to the selection's dq: added by the dk/dv kernel (the
-# default) or by its own kernel. Both stay covered whichever is the default.
-SELECTION_DQ = ["fused", "separate"]
+# The Triton backward's ways to the selection's dq: added by the dk/dv kernel (the default),
+# by its own kernel, or read back from the dS the dk/dv kernel stored. Each stays covered
+# whichever is the default.
+SELECTION_DQ = ["fused", "separate", "ds"]
 
 
 def _use_selection_dq(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
@@ -191,11 +193,16 @@ def test_only_requested_gradients_are_computed() -> None:
     torch.testing.assert_close(out2, out.detach(), atol=0, rtol=0)
 
 
-def test_given_indices_with_holes_and_expanded_dout(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
+def test_given_indices_with_holes_and_expanded_dout(
+    selection_dq: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Given block_indices (−1 holes, shuffled slots) are the ones the backward uses; the
     selection dk/dv kernel splits every block's queries over several chunks (atomics), the
     compressed dk̃/dṽ kernel its queries over several segments (partial sums), the
-    upstream gradient is the stride-0 one of .sum(), and q and gates are strided views."""
+    upstream gradient is the stride-0 one of .sum(), and q and gates are strided views.
+    With stored dS, a hole's slot is never written (NaN-poisoned) and must not be read."""
+    _use_selection_dq(monkeypatch, selection_dq)
     monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
     monkeypatch.setattr(compressed_bwd_mod, "SEG_ROWS", 64)
     b, t, hkv = 1, 70, 2
@@ -309,10 +316,12 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
         _run(x, cfg, ("q",))
 
 
-@pytest.mark.skipif(not interpreting(), reason="fused dq exists only in the Triton kernels")
-def test_selection_fused_dq_overwrites_when_asked() -> None:
-    """dq_acc=False: the fused path overwrites a NaN dq as the dq kernel does (the atomics
-    only add, so it clears dq first); dk and dv are the same either way."""
+@pytest.mark.skipif(not interpreting(), reason="the dq paths exist only in the Triton kernels")
+def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dq_acc=False: the fused and stored-dS paths overwrite a NaN dq as the dq kernel does
+    (the fused atomics only add, so it clears dq first); dk and dv are the same every way.
+    Stored dS runs its own dq kernel (not the fused atomics, not the dq kernel) under
+    DS_MAX_BYTES, and the fused path above it; an unknown path is an error."""
     from kernels.nsa._bwd_common import bwd_preprocess
     from kernels.nsa.backward import _forward_parts
     from kernels.nsa.validate import check_nsa_args
@@ -323,17 +332,47 @@ def test_selection_fused_dq_overwrites_when_asked() -> None:
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
     dd = bwd_preprocess(dout, *parts["o"])
     sel = (q, k, v, parts["idx"], dout, parts["lse"][1], dd, gates, CFG, dims.scale)
-    out = {}
-    for fused in (False, True):
+    launched: dict[str, list[object]] = {"dq": [], "dq_ds": []}
+
+    def spy(name: str) -> object:
+        real = getattr(selection_bwd_mod, f"nsa_selection_bwd_{name}_kernel")
+
+        class Spy:
+            def __getitem__(self, grid: object) -> object:
+                launched[name].append(grid)
+                return real[grid]
+
+        return Spy()
+
+    for name in launched:
+        monkeypatch.setattr(selection_bwd_mod, f"nsa_selection_bwd_{name}_kernel", spy(name))
+
+    def run(path: str) -> tuple[torch.Tensor, ...]:
+        for runs in launched.values():
+            runs.clear()
         dq = torch.full(q.shape, float("nan"))
         dk, dv = torch.zeros(k.shape), torch.zeros(v.shape)
+        poisoned = functools.partial(torch.full, fill_value=float("nan"))
         selection_bwd_mod.selection_bwd_triton(
-            *sel, dq=dq, dk=dk, dv=dv, dq_acc=False, fused_dq=fused
+            *sel, dq=dq, dk=dk, dv=dv, dq_acc=False, dq_path=path, alloc=poisoned
         )
-        out[fused] = (dq, dk, dv)
-    for a, b in zip(out[False], out[True], strict=True):
-        assert not b.isnan().any()
-        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+        return dq, dk, dv
+
+    want = run("separate")
+    assert launched["dq"] and not launched["dq_ds"]
+    for path in ("fused", "ds"):
+        got = run(path)
+        assert not launched["dq"], f"{path}: the dq kernel ran"
+        assert bool(launched["dq_ds"]) == (path == "ds"), path
+        for a, b in zip(want, got, strict=True):
+            assert not b.isnan().any(), path
+            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+    monkeypatch.setattr(selection_bwd_mod, "DS_MAX_BYTES", 0)  # the buffer would not fit
+    got = run("ds")
+    assert not launched["dq"] and not launched["dq_ds"], "over the cap, ds runs fused"
+    torch.testing.assert_close(got[0], want[0], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="dq_path"):
+        run("fuse")
 
 
 def test_double_backward() -> None:
