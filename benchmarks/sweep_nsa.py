@@ -156,8 +156,8 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
         _SLC_FUSED_EXTRA,
     ),
     "slc_ds": (
-        "backward selection dq+dk+dv, stored dS (the configs of the dq kernel reading it)",
-        slc_bwd.nsa_selection_bwd_dq_ds_kernel,
+        "backward selection dq+dk+dv, stored dS (the configs of the dq kernel reading it back)",
+        slc_bwd.nsa_selection_bwd_dq_kernel,
         _SLC_DQ_EXTRA,
     ),
     "cmp_dq": (

@@ -3,6 +3,7 @@
 * ``nsa_selection_bwd_dq_kernel``: R = max(1, 16/G) consecutive query positions × the G
   heads of one KV head per program (≥ 16 rows without padding), looping over the union of
   their chosen blocks (``selection.union_blocks``), each row masked to its own n blocks.
+  With ``FROM_DS`` it reads each pair's dS back instead of recomputing P and dP (see below).
 * ``nsa_selection_bwd_dkdv_kernel``: one program per (key block j, chunk of the queries that
   chose j), all G heads at once. The block → queries map is the transpose of block_indices,
   built on the device by ``reverse_map`` (one stable sort, no host sync).
@@ -28,8 +29,8 @@ dP over the same pairs, is not run. dq's last bits then depend on the order of t
 Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, off by default until measured
 on the GPU): the dk/dv kernel stores each pair's dS, in the dtype its dots use (bf16 for bf16
 inputs, so dq is the same sum of the same products as the fused path's), into a [B, T, Hq, n,
-l′] buffer, and ``nsa_selection_bwd_dq_ds_kernel`` forms dq = Σ_slots dS·K per (position, KV
-head) without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
+l′] buffer, and the dq kernel (``FROM_DS``) forms dq = Σ_slots dS·K per (position, KV head)
+without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
 recompute, and no 8.6e9 atomic adds; the price is the buffer (T·Hq·n·l′ values: 8.6 GB at
 64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES`` the fused path
 runs instead.
@@ -84,23 +85,10 @@ def _kv_configs() -> list[triton.Config]:
     )
 
 
-def _dq_ds_configs() -> list[triton.Config]:
-    if interpreting():  # KSPLIT as on the GPU, so the CPU tests run the default's key tiles
-        return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 2}, num_warps=4, num_stages=1)]
-    # Not yet measured: the first is the dq kernel's measured best (one warp, half-block key
-    # tiles, 2 stages), whose K gathers this kernel shares; sweep_nsa.py --kernel slc_ds.
-    return autotune_configs(
-        [
-            triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
-            for ks, w, s in ((2, 1, 2), (1, 1, 2), (1, 2, 2), (2, 1, 3), (1, 2, 3), (2, 2, 2))
-        ]
-    )
-
-
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
 @triton.autotune(
     configs=_dq_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC", "FROM_DS"],
     restore_value=["DQ"],
 )
 @triton.jit
@@ -116,12 +104,13 @@ def nsa_selection_bwd_dq_kernel(
     DD,  # [B, T, Hq, 3] fp32
     GATES,  # [B, T, Hq, 3]
     DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
+    DS,  # FROM_DS: [B, T, Hq, n, l′] each (row, slot, key)'s dS, stored by the dk/dv kernel
     T,
     qk_scale,
     sm_scale,
     HKV: tl.constexpr,
     G: tl.constexpr,
-    R: tl.constexpr,  # consecutive positions per program (R·G rows)
+    R: tl.constexpr,  # consecutive positions per program (R·G rows; 1 with FROM_DS)
     L_SEL: tl.constexpr,
     N_SEL: tl.constexpr,
     DK: tl.constexpr,
@@ -135,6 +124,7 @@ def nsa_selection_bwd_dq_kernel(
     DOT_F32: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
+    FROM_DS: tl.constexpr = False,  # read dS back instead of recomputing P and dP
 ):
     BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
     HQ: tl.constexpr = HKV * G
@@ -151,16 +141,17 @@ def nsa_selection_bwd_dq_kernel(
     offs_dk = tl.arange(0, BLOCK_DK)
     offs_dv = tl.arange(0, BLOCK_DV)
     qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
-    q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
-    do = tl.load(
-        DO + ridx[:, None] * DV + offs_dv[None, :],
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
-    if DOT_F32:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
-    lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 1)
+    if not FROM_DS:  # the softmax's inputs, to recompute P and dP per key tile
+        q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
+        do = tl.load(
+            DO + ridx[:, None] * DV + offs_dv[None, :],
+            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
+            other=0.0,
+        )
+        if DOT_F32:
+            q = q.to(tl.float32)
+            do = do.to(tl.float32)
+        lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 1)
     kv_row = b * T * HKV + g
     if R == 1:
         list_base = IDX + (b * T + t0) * HKV * N_SEL + g * N_SEL
@@ -180,7 +171,7 @@ def nsa_selection_bwd_dq_kernel(
     u = tl.arange(0, BLOCK_K)
     # One flat, branch-free loop over (slot, key tile), as the forward's selection v2: the
     # pipeliner then issues later tiles' gathers ahead. An empty slot (−1) gives tok < 0: all
-    # masked, its loads are skipped and its p is 0.
+    # masked, its loads are skipped (a stored dS's slot too: never written) and its p is 0.
     for it in tl.range(0, n_slots * N_SUB, num_stages=NUM_STAGES):
         blk = tl.load(list_base + it // N_SUB)
         u0 = (it % N_SUB) * BLOCK_K
@@ -192,23 +183,30 @@ def nsa_selection_bwd_dq_kernel(
             mask=kin[None, :] & (offs_dk[:, None] < DK),
             other=0.0,
         )  # [BLOCK_DK, BLOCK_K]
-        vt = tl.load(
-            V + krow[None, :] * DV + offs_dv[:, None],
-            mask=kin[None, :] & (offs_dv[:, None] < DV),
-            other=0.0,
-        )  # [BLOCK_DV, BLOCK_K]
         if DOT_F32:
             kt = kt.to(tl.float32)
-            vt = vt.to(tl.float32)
-        if R > 1:  # noqa: SIM108 - constexpr branch
-            chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
+        if FROM_DS:  # R = 1: this slot's dS for the G rows, in the dots' dtype already
+            ds_row = (ridx * N_SEL + it // N_SUB) * L_SEL + u0  # [BLOCK_M]
+            ds = tl.load(
+                DS + ds_row[:, None] + u[None, :], mask=row_ok[:, None] & kin[None, :], other=0.0
+            )  # [BLOCK_M, BLOCK_K]
         else:
-            chose = row_ok
-        s = mma(q, kt, DOT_F32) * qk_scale
-        vis = (chose & row_ok)[:, None] & kin[None, :] & (tok[None, :] <= t[:, None])
-        p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
-        dp = mma(do, vt, DOT_F32)
-        ds = p * gate[:, None] * (dp - dd[:, None])
+            vt = tl.load(
+                V + krow[None, :] * DV + offs_dv[:, None],
+                mask=kin[None, :] & (offs_dv[:, None] < DV),
+                other=0.0,
+            )  # [BLOCK_DV, BLOCK_K]
+            if DOT_F32:
+                vt = vt.to(tl.float32)
+            if R > 1:  # noqa: SIM108 - constexpr branch
+                chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
+            else:
+                chose = row_ok
+            s = mma(q, kt, DOT_F32) * qk_scale
+            vis = (chose & row_ok)[:, None] & kin[None, :] & (tok[None, :] <= t[:, None])
+            p = tl.where(vis, tl.exp2(s - lse2[:, None]), 0.0)
+            dp = mma(do, vt, DOT_F32)
+            ds = p * gate[:, None] * (dp - dd[:, None])
         dq += mma(ds.to(kt.dtype), tl.trans(kt), DOT_F32)
     dq = dq * sm_scale
     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
@@ -345,79 +343,6 @@ def nsa_selection_bwd_dkdv_kernel(
             )
 
 
-# restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
-@triton.autotune(
-    configs=_dq_ds_configs(),
-    key=["T", "G", "BLOCK_DK", "N_SEL", "ACC"],
-    restore_value=["DQ"],
-)
-@triton.jit
-def nsa_selection_bwd_dq_ds_kernel(
-    K,  # [B, T, Hkv, Dk]
-    IDX,  # [B, T, Hkv, n] int32, −1 = empty
-    DS,  # [B, T, Hq, n, l′] dS of each (row, slot, key), stored by the dk/dv kernel
-    DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
-    T,
-    sm_scale,
-    HKV: tl.constexpr,
-    G: tl.constexpr,
-    L_SEL: tl.constexpr,
-    N_SEL: tl.constexpr,
-    DK: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # pow2 ≥ max(16, G): the G heads of one position, padded
-    BLOCK_KF: tl.constexpr,  # pow2 ≥ l′ (≤ 128): a whole selected block's key tile
-    BLOCK_DK: tl.constexpr,
-    ACC: tl.constexpr,
-    DOT_F32: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-    KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
-):
-    """dq = scale · Σ_slots dS·K for one position's G heads: no softmax to recompute."""
-    BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
-    HQ: tl.constexpr = HKV * G
-    N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
-    t = tl.program_id(0)
-    pid_bg = tl.program_id(1)
-    b = (pid_bg // HKV).to(tl.int64)
-    g = pid_bg % HKV
-    rows = tl.arange(0, BLOCK_M)
-    row_ok = rows < G
-    ridx = (b * T + t) * HQ + g * G + rows  # [BLOCK_M]
-    list_base = IDX + ((b * T + t) * HKV + g) * N_SEL
-    kv_row = b * T * HKV + g
-    offs_dk = tl.arange(0, BLOCK_DK)
-    u = tl.arange(0, BLOCK_K)
-    dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
-    # one flat loop over (slot, key tile), as the dq kernel's: an empty slot (−1) gives tok < 0,
-    # all masked, so its dS (never written) is not read
-    for it in tl.range(0, N_SEL * N_SUB, num_stages=NUM_STAGES):
-        slot = it // N_SUB
-        blk = tl.load(list_base + slot)
-        u0 = (it % N_SUB) * BLOCK_K
-        tok = blk * L_SEL + u0 + u  # [BLOCK_K]
-        kin = (u0 + u < L_SEL) & (tok >= 0) & (tok < T)
-        k = tl.load(
-            K + (kv_row + tok * HKV)[:, None] * DK + offs_dk[None, :],
-            mask=kin[:, None] & (offs_dk[None, :] < DK),
-            other=0.0,
-        )  # [BLOCK_K, BLOCK_DK]
-        ds = tl.load(
-            DS + ((ridx * N_SEL + slot) * L_SEL + u0)[:, None] + u[None, :],
-            mask=row_ok[:, None] & kin[None, :],
-            other=0.0,
-        )  # [BLOCK_M, BLOCK_K]
-        if DOT_F32:
-            k = k.to(tl.float32)
-            ds = ds.to(tl.float32)
-        dq += mma(ds, k, DOT_F32)
-    dq = dq * sm_scale
-    qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
-    dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
-    if ACC:
-        dq += tl.load(dq_ptr, mask=qmask, other=0.0)
-    tl.store(dq_ptr, dq, mask=qmask)
-
-
 def reverse_map(
     idx: torch.Tensor, ts: int, chunk: int, entries: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -499,18 +424,25 @@ def selection_bwd_triton(
     fuse = path == "fused"
     if fuse and dq is not None and not dq_acc:
         dq.zero_()  # the fused kernel only adds
-    if dq is not None and path == "separate":
+
+    def dq_kernel(ds: torch.Tensor | None) -> None:
+        assert dq is not None
         # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
         # (the forward pads G rows to 16 instead); their union of blocks is walked once.
-        r = max(1, 16 // g)
+        # A stored dS is per (row, slot): one position per program, G rows padded.
+        r = max(1, 16 // g) if ds is None else 1
         if r > 1:
             uni, cnt = union_blocks(idx, r)
         else:  # unused placeholders (R = 1 walks idx itself)
             uni, cnt = idx, idx
         nsa_selection_bwd_dq_kernel[(-(-t // r), b * hkv)](
-            q, k, v, idx, uni, cnt, dout, lse, dd, gates, dq, t, scale * LOG2E, scale,
-            R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1), BLOCK_KF=block_k, ACC=dq_acc, **dims,
+            q, k, v, idx, uni, cnt, dout, lse, dd, gates, dq, dq if ds is None else ds, t,
+            scale * LOG2E, scale, R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1),
+            BLOCK_KF=block_k, ACC=dq_acc, FROM_DS=ds is not None, **dims,
         )  # fmt: skip
+
+    if dq is not None and path == "separate":
+        dq_kernel(None)
     if dk is not None and dv is not None:
         ts = -(-t // lp)
         chunk = max(1, CHUNK_ROWS // g)
@@ -524,8 +456,4 @@ def selection_bwd_triton(
             FUSE_DQ=fuse, STORE_DS=store_ds, **dims,
         )  # fmt: skip
         if ds is not None:
-            nsa_selection_bwd_dq_ds_kernel[(t, b * hkv)](
-                k, idx, ds, dq, t, scale, HKV=hkv, G=g, L_SEL=lp, N_SEL=n, DK=dk_dim,
-                BLOCK_M=pow2(g), BLOCK_KF=block_k, BLOCK_DK=dims["BLOCK_DK"], ACC=dq_acc,
-                DOT_F32=dims["DOT_F32"],
-            )  # fmt: skip
+            dq_kernel(ds)

@@ -13,6 +13,7 @@ not depend on how it was made), and for fp32 inputs the indices must equal its o
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -150,19 +151,11 @@ CASES = [
 
 
 @pytest.mark.parametrize("selection_dq", SELECTION_DQ)
-@pytest.mark.parametrize(("b", "t", "hq", "hkv", "dk", "dv", "dtype", "cfg"), CASES)
+@pytest.mark.parametrize("case", range(len(CASES)))
 def test_gradients_match_naive(
-    b: int,
-    t: int,
-    hq: int,
-    hkv: int,
-    dk: int,
-    dv: int,
-    dtype: torch.dtype,
-    cfg: NSAConfig,
-    selection_dq: str,
-    monkeypatch: pytest.MonkeyPatch,
+    case: int, selection_dq: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
     _use_selection_dq(monkeypatch, selection_dq)
     x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq)
     wanted = tuple(n for n in NAMES if n in x)
@@ -320,8 +313,8 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """dq_acc=False: the fused and stored-dS paths overwrite a NaN dq as the dq kernel does
     (the fused atomics only add, so it clears dq first); dk and dv are the same every way.
-    Stored dS runs its own dq kernel (not the fused atomics, not the dq kernel) under
-    DS_MAX_BYTES, and the fused path above it; an unknown path is an error."""
+    Stored dS runs the dq kernel reading it back (FROM_DS) under DS_MAX_BYTES, and the fused
+    path above it; an unknown path is an error."""
     from kernels.nsa._bwd_common import bwd_preprocess
     from kernels.nsa.backward import _forward_parts
     from kernels.nsa.validate import check_nsa_args
@@ -332,24 +325,21 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
     dd = bwd_preprocess(dout, *parts["o"])
     sel = (q, k, v, parts["idx"], dout, parts["lse"][1], dd, gates, CFG, dims.scale)
-    launched: dict[str, list[object]] = {"dq": [], "dq_ds": []}
+    launched: list[bool] = []  # FROM_DS of each dq kernel launch
+    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
 
-    def spy(name: str) -> object:
-        real = getattr(selection_bwd_mod, f"nsa_selection_bwd_{name}_kernel")
+    class Spy:
+        def __getitem__(self, grid: object) -> Callable[..., object]:
+            def launch(*args: object, **kw: object) -> object:
+                launched.append(bool(kw.get("FROM_DS")))
+                return real[grid](*args, **kw)
 
-        class Spy:
-            def __getitem__(self, grid: object) -> object:
-                launched[name].append(grid)
-                return real[grid]
+            return launch
 
-        return Spy()
-
-    for name in launched:
-        monkeypatch.setattr(selection_bwd_mod, f"nsa_selection_bwd_{name}_kernel", spy(name))
+    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
 
     def run(path: str) -> tuple[torch.Tensor, ...]:
-        for runs in launched.values():
-            runs.clear()
+        launched.clear()
         dq = torch.full(q.shape, float("nan"))
         dk, dv = torch.zeros(k.shape), torch.zeros(v.shape)
         poisoned = functools.partial(torch.full, fill_value=float("nan"))
@@ -359,17 +349,16 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
         return dq, dk, dv
 
     want = run("separate")
-    assert launched["dq"] and not launched["dq_ds"]
-    for path in ("fused", "ds"):
+    assert launched == [False], "separate: the dq kernel recomputing P and dP"
+    for path, runs in (("fused", []), ("ds", [True])):
         got = run(path)
-        assert not launched["dq"], f"{path}: the dq kernel ran"
-        assert bool(launched["dq_ds"]) == (path == "ds"), path
+        assert launched == runs, f"{path}: dq kernel launches {launched}"
         for a, b in zip(want, got, strict=True):
             assert not b.isnan().any(), path
             torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
     monkeypatch.setattr(selection_bwd_mod, "DS_MAX_BYTES", 0)  # the buffer would not fit
     got = run("ds")
-    assert not launched["dq"] and not launched["dq_ds"], "over the cap, ds runs fused"
+    assert launched == [], "over the cap, ds runs fused"
     torch.testing.assert_close(got[0], want[0], atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="dq_path"):
         run("fuse")
