@@ -44,6 +44,38 @@ def row_stats(LSE, DD, GATES, ridx, ok, CH: tl.constexpr):
 
 
 @triton.jit
+def load_rows(
+    Q,
+    DO,
+    ridx,
+    ok,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """q [M, BLOCK_DK] and dout [M, BLOCK_DV] of rows ``ridx`` (0 where not ok, and past the
+    head dims), converted to fp32 when the dots are exact (DOT_F32)."""
+    offs_dk = tl.arange(0, BLOCK_DK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = tl.load(
+        Q + ridx[:, None] * DK + offs_dk[None, :],
+        mask=ok[:, None] & (offs_dk[None, :] < DK),
+        other=0.0,
+    )
+    do = tl.load(
+        DO + ridx[:, None] * DV + offs_dv[None, :],
+        mask=ok[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    if DOT_F32:
+        q = q.to(tl.float32)
+        do = do.to(tl.float32)
+    return q, do
+
+
+@triton.jit
 def nsa_bwd_preprocess_kernel(
     DO,  # [R, Dv] upstream gradient (q's dtype), R = B·T·Hq rows
     OC,  # [R, Dv] o_cmp (fp32, or fp16: attention.branch_dtype)

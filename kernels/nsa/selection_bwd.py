@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.nsa._bwd_common import LOG2E, row_stats
+from kernels.nsa._bwd_common import LOG2E, load_rows, row_stats
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.selection import union_blocks
@@ -142,15 +142,7 @@ def nsa_selection_bwd_dq_kernel(
     offs_dv = tl.arange(0, BLOCK_DV)
     qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
     if not FROM_DS:  # the softmax's inputs, to recompute P and dP per key tile
-        q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
-        do = tl.load(
-            DO + ridx[:, None] * DV + offs_dv[None, :],
-            mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if DOT_F32:
-            q = q.to(tl.float32)
-            do = do.to(tl.float32)
+        q, do = load_rows(Q, DO, ridx, row_ok, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32)
         lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 1)
     kv_row = b * T * HKV + g
     if R == 1:
@@ -302,19 +294,7 @@ def nsa_selection_bwd_dkdv_kernel(
                     slot = t % N_SEL
                     t = t // N_SEL
                 ridx = (b * T + t) * HQ + g * G + rows % G
-                q = tl.load(
-                    Q + ridx[:, None] * DK + offs_dk[None, :],
-                    mask=ok[:, None] & (offs_dk[None, :] < DK),
-                    other=0.0,
-                )
-                do = tl.load(
-                    DO + ridx[:, None] * DV + offs_dv[None, :],
-                    mask=ok[:, None] & (offs_dv[None, :] < DV),
-                    other=0.0,
-                )
-                if DOT_F32:
-                    q = q.to(tl.float32)
-                    do = do.to(tl.float32)
+                q, do = load_rows(Q, DO, ridx, ok, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32)
                 lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, ok, 1)
                 st = mma(k, tl.trans(q), DOT_F32) * qk_scale  # [BLOCK_K, BLOCK_M]
                 vis = kin[:, None] & ok[None, :] & (tok[:, None] <= t[None, :])

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.nsa._bwd_common import LOG2E, row_stats
+from kernels.nsa._bwd_common import LOG2E, load_rows, row_stats
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 
 
@@ -85,15 +85,7 @@ def nsa_window_bwd_dq_kernel(
     offs_dk = tl.arange(0, BLOCK_DK)
     offs_dv = tl.arange(0, BLOCK_DV)
     qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
-    q = tl.load(Q + ridx[:, None] * DK + offs_dk[None, :], mask=qmask, other=0.0)
-    do = tl.load(
-        DO + ridx[:, None] * DV + offs_dv[None, :],
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
-    if DOT_F32:
-        q = q.to(tl.float32)
-        do = do.to(tl.float32)
+    q, do = load_rows(Q, DO, ridx, row_ok, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32)
     lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 2)
     kv_row = b * T * HKV + g  # row of (b, key 0, g) in [B, T, Hkv, ·]
     lo = tl.maximum(t0 - W + 1, 0)
