@@ -35,7 +35,7 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
 # selection_dq (the backward): "fused" adds dq in the selection dk/dv kernel
-# (selection_bwd_triton's fused_dq) instead of running the dq kernel: dq+dk+dv 31.9 ms against
+# (selection_bwd_triton's dq_path) instead of running the dq kernel: dq+dk+dv 31.9 ms against
 # 36.1-37.1 separate, fwd+bwd 127.3-127.9 against 131.8-132.7 (run 50, 2026-12-03, 64k).
 # "separate" keeps dq's bits independent of the order of the adds; "ds" (the dk/dv kernel
 # stores dS, a dq kernel reads it back: no atomics, a T·Hq·n·l′ buffer) awaits its GPU run.

@@ -19,7 +19,7 @@ adds per (batch, KV head), ≈ 6e8 in all at 64k (CHUNK = 128 positions for G = 
 fewer. The atomics make dk/dv's last bits depend on the chunk order (fp32 addition); the dq
 kernel and the other branches are deterministic.
 
-Fused dq (``fused_dq``; the backward's "selection_dq" variant, on by default since run 50
+Fused dq (``dq_path="fused"``; the "selection_dq" variant ``fused``, the default since run 50
 measured it: 31.9 ms against 36.1-37.1 for the two kernels at 64k): the dk/dv programs already
 hold each (query row, chosen block) pair's dS, so dq = dS·K·scale costs them one more dot and
 an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper config: spread over
@@ -33,7 +33,8 @@ l′] buffer, and the dq kernel (``FROM_DS``) forms dq = Σ_slots dS·K per (pos
 without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
 recompute, and no 8.6e9 atomic adds; the price is the buffer (T·Hq·n·l′ values: 8.6 GB at
 64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES`` the fused path
-runs instead.
+runs instead. Its dq programs hold one position's G heads (no R-position union), so for
+G < 16 they pad their rows to 16 and walk every slot, empty ones included.
 """
 
 from __future__ import annotations
