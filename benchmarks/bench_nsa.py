@@ -565,7 +565,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             t,
             lambda: selection_bwd_triton(*sel, dq=None, dk=dk, dv=dv),
         )
-        # the two ways to get all three, side by side (the "selection_dq" variant picks one:
+        # the three ways to get all three, side by side (the "selection_dq" variant picks one:
         # the row fwd+bwd runs is marked)
         active = nsa_mod.variant("selection_dq")
         for name, how in (

@@ -14,6 +14,7 @@ from kernels.nsa._triton_common import interpreting, use_triton
 from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.config import NSAAux, NSAConfig
 from kernels.nsa.selection import SELECTION_IMPLS
+from kernels.nsa.selection_bwd import DQ_PATHS
 from kernels.nsa.torch_path import (
     compress_mean_fast,
     compressed_torch,
@@ -48,7 +49,7 @@ _VARIANT_ENV = {
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
-    "selection_dq": {name: name for name in ("separate", "fused", "ds")},
+    "selection_dq": {name: name for name in DQ_PATHS},
 }
 
 

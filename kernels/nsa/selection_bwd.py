@@ -330,9 +330,10 @@ def reverse_map(
     """Transpose block_indices into per-block query lists, on the device, without a sync.
 
     idx [B, T, Hkv, n] int32 (−1 empty) → (qpos [B·Hkv, T·n] int32: positions grouped by
-    block, ascending within a block, empty slots last (entries: t·n + slot instead of t); qoff [B·Hkv, Ts+1] int32: start of
-    block j's run; cstart [B·Hkv, Ts+1] int32: first chunk of block j, entry Ts = chunk
-    count; max_chunks: a bound on the chunk count of any row, the kernel's grid size).
+    block, ascending within a block, empty slots last (entries: t·n + slot instead of t);
+    qoff [B·Hkv, Ts+1] int32: start of block j's run; cstart [B·Hkv, Ts+1] int32: first chunk
+    of block j, entry Ts = chunk count; max_chunks: a bound on the chunk count of any row, the
+    kernel's grid size).
     """
     b, t, hkv, n = idx.shape
     x = idx.permute(0, 2, 1, 3).reshape(b * hkv, t * n)  # [BG, T·n], position-major

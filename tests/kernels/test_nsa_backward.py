@@ -55,6 +55,23 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> None:
 SELECTION_DQ = ["fused", "separate", "ds"]
 
 
+def _spy_dq_kernel(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The selection dq kernel's launches from now on, each as its FROM_DS flag."""
+    launched: list[bool] = []
+    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
+
+    class Spy:
+        def __getitem__(self, grid: object) -> Callable[..., object]:
+            def launch(*args: object, **kw: object) -> object:
+                launched.append(bool(kw.get("FROM_DS")))
+                return real[grid](*args, **kw)
+
+            return launch
+
+    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
+    return launched
+
+
 def _use_selection_dq(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     if name != nsa_attention_mod.DEFAULT_VARIANTS["selection_dq"] and not interpreting():
         pytest.skip("the PyTorch path has no selection dq variants (run once, at the default)")
@@ -287,15 +304,7 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
     b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
     monkeypatch.setenv("KGRADE_NSA_SELECTION_DQ", "fused")
     monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
-    launched: list[object] = []
-    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
-
-    class Spy:
-        def __getitem__(self, grid: object) -> object:
-            launched.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
+    launched = _spy_dq_kernel(monkeypatch)
     x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq + 1)
     got, want, _ = _run(x, cfg, tuple(n for n in NAMES if n in x))
     _check(got, want, dtype)
@@ -325,18 +334,7 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
     dd = bwd_preprocess(dout, *parts["o"])
     sel = (q, k, v, parts["idx"], dout, parts["lse"][1], dd, gates, CFG, dims.scale)
-    launched: list[bool] = []  # FROM_DS of each dq kernel launch
-    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., object]:
-            def launch(*args: object, **kw: object) -> object:
-                launched.append(bool(kw.get("FROM_DS")))
-                return real[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
+    launched = _spy_dq_kernel(monkeypatch)  # FROM_DS of each dq kernel launch
 
     def run(path: str) -> tuple[torch.Tensor, ...]:
         launched.clear()
