@@ -619,6 +619,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
         ("kernels.nsa.window_bwd", "nsa_window_bwd_dq_kernel"),
         ("kernels.nsa.window_bwd", "nsa_window_bwd_dkdv_kernel"),
         ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dq_kernel"),
+        ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dq_from_ds_kernel"),
         ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dkdv_kernel"),
         ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dq_kernel"),
         ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dkdv_kernel"),

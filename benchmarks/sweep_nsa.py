@@ -157,7 +157,7 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
     ),
     "slc_ds": (
         "backward selection dq+dk+dv, stored dS (the configs of the dq kernel reading it back)",
-        slc_bwd.nsa_selection_bwd_dq_kernel,
+        slc_bwd.nsa_selection_bwd_dq_from_ds_kernel,
         _SLC_DQ_EXTRA,
     ),
     "cmp_dq": (

@@ -35,12 +35,13 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # Measured fastest on one H200 (bench_nsa.py --variants, 2026-12-01, paper config, 64k):
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
-# selection_dq (the backward): "fused" adds dq in the selection dk/dv kernel
-# (selection_bwd_triton's dq_path) instead of running the dq kernel: dq+dk+dv 31.9 ms against
-# 36.1-37.1 separate, fwd+bwd 127.3-127.9 against 131.8-132.7 (run 50, 2026-12-03, 64k).
-# "separate" keeps dq's bits independent of the order of the adds; "ds" (the dk/dv kernel
-# stores dS, a dq kernel reads it back: no atomics, a T·Hq·n·l′ buffer) awaits its GPU run.
-DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "fused"}
+# selection_dq (the backward), selection_bwd_triton's dq_path: "ds" (the dk/dv kernel stores
+# dS, a dq kernel reads it back: no atomics, a T·Hq·n·l′ buffer, 8.6 GB at 64k) gives dq+dk+dv
+# in 28.9-29.2 ms against 32.1 "fused" (dq added atomically by the dk/dv kernel) and 35.6-36.6
+# "separate" (run 53, 2026-12-03, 64k, one H200, before its own launch config). "fused" runs
+# where the buffer would pass DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits
+# independent of the order of the adds.
+DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",

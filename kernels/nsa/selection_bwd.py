@@ -19,21 +19,22 @@ adds per (batch, KV head), ≈ 6e8 in all at 64k (CHUNK = 128 positions for G = 
 fewer. The atomics make dk/dv's last bits depend on the chunk order (fp32 addition); the dq
 kernel and the other branches are deterministic.
 
-Fused dq (``dq_path="fused"``; the "selection_dq" variant ``fused``, the default since run 50
-measured it: 31.9 ms against 36.1-37.1 for the two kernels at 64k): the dk/dv programs already
+Fused dq (``dq_path="fused"``; the "selection_dq" variant ``fused``, the default from run 50,
+31.9 ms against 36.1-37.1 for the two kernels at 64k, to run 53): the dk/dv programs already
 hold each (query row, chosen block) pair's dS, so dq = dS·K·scale costs them one more dot and
 an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper config: spread over
 distinct addresses, unlike the dk/dv scatter above), and the dq kernel, which recomputes P and
 dP over the same pairs, is not run. dq's last bits then depend on the order of the adds.
 
-Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, off by default until measured
-on the GPU): the dk/dv kernel stores each pair's dS, in the dtype its dots use (bf16 for bf16
+Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, the default since run 53
+measured it: 28.9-29.2 ms against the fused 32.1 at 64k, 27.7 with its own launch config,
+``nsa_selection_bwd_dq_from_ds_kernel``): the dk/dv kernel stores each pair's dS, in the dtype its dots use (bf16 for bf16
 inputs, so dq is the same sum of the same products as the fused path's), into a [B, T, Hq, n,
 l′] buffer, and the dq kernel (``FROM_DS``) forms dq = Σ_slots dS·K per (position, KV head)
 without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
 recompute, and no 8.6e9 atomic adds; the price is the buffer (T·Hq·n·l′ values: 8.6 GB at
-64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES`` the fused path
-runs instead. Its dq programs hold one position's G heads (no R-position union), so for
+64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES``, or when the
+buffer cannot be allocated, the fused path runs instead. Its dq programs hold one position's G heads (no R-position union), so for
 G < 16 they pad their rows to 16 and walk every slot, empty ones included.
 """
 
@@ -70,6 +71,21 @@ def _dq_configs() -> list[triton.Config]:
         [
             triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
             for ks, w, s in ((2, 1, 2), (1, 2, 2), (1, 4, 2), (2, 1, 3), (1, 4, 3), (1, 2, 3))
+        ]
+    )
+
+
+def _ds_dq_configs() -> list[triton.Config]:
+    # The same kernel reading a stored dS: one dot per tile and no softmax, so whole-block key
+    # tiles win. First = default: whole blocks, 2 warps, 2 stages (run 53, 2026-12-03, one
+    # H200, paper config: selection dq+dk+dv 6.75-6.78 / 27.72-27.78 ms at 16k / 64k against
+    # 7.11 / 28.93 with the recomputing kernel's config; the others within 1 % of it).
+    if interpreting():
+        return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 1}, num_warps=4, num_stages=1)]
+    return autotune_configs(
+        [
+            triton.Config({"NUM_STAGES": s, "KSPLIT": ks}, num_warps=w, num_stages=s)
+            for ks, w, s in ((1, 2, 2), (1, 1, 1), (1, 2, 3), (4, 1, 6), (2, 1, 2))
         ]
     )
 
@@ -206,6 +222,14 @@ def nsa_selection_bwd_dq_kernel(
     if ACC:
         dq += tl.load(dq_ptr, mask=qmask, other=0.0)
     tl.store(dq_ptr, dq, mask=qmask)
+
+
+# The dq kernel with FROM_DS, tuned apart: its best launch config is not the recomputing one's.
+nsa_selection_bwd_dq_from_ds_kernel = triton.autotune(
+    configs=_ds_dq_configs(),
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC"],
+    restore_value=["DQ"],
+)(nsa_selection_bwd_dq_kernel.fn)
 
 
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DKO/DVO (DQ) again
@@ -378,8 +402,9 @@ def selection_bwd_triton(
     dq is added to (dq_acc) or overwritten; dk/dv must already hold valid values (the window
     branch writes them first): the kernel adds into them atomically. dq_path, when all three
     are wanted: "separate" (the dq kernel), "fused" (the dk/dv kernel adds dq) or "ds" (the
-    dk/dv kernel stores dS, a dq kernel reads it back; "fused" above ``DS_MAX_BYTES``). alloc
-    makes the dS buffer (the backward's allocator, which tests fill with NaN).
+    dk/dv kernel stores dS, a dq kernel reads it back; "fused" above ``DS_MAX_BYTES`` or when
+    the buffer cannot be allocated). alloc makes the dS buffer (the backward's allocator,
+    which tests fill with NaN).
     """
     if dq_path not in DQ_PATHS:
         raise ValueError(f"unknown selection dq_path {dq_path!r}; choose one of {DQ_PATHS}")
@@ -403,6 +428,12 @@ def selection_bwd_triton(
     ds_dtype = torch.float32 if dims["DOT_F32"] else q.dtype
     if path == "ds" and b * t * hq * n * lp * ds_dtype.itemsize > DS_MAX_BYTES:
         path = "fused"
+    ds = None
+    if path == "ds":
+        try:
+            ds = alloc((b, t, hq, n, lp), dtype=ds_dtype, device=q.device)
+        except torch.cuda.OutOfMemoryError:  # under the cap, yet not free now: fused needs none
+            path = "fused"
     fuse = path == "fused"
     if fuse and dq is not None and not dq_acc:
         dq.zero_()  # the fused kernel only adds
@@ -417,7 +448,8 @@ def selection_bwd_triton(
             uni, cnt = union_blocks(idx, r)
         else:  # unused placeholders (R = 1 walks idx itself)
             uni, cnt = idx, idx
-        nsa_selection_bwd_dq_kernel[(-(-t // r), b * hkv)](
+        kernel = nsa_selection_bwd_dq_kernel if ds is None else nsa_selection_bwd_dq_from_ds_kernel
+        kernel[(-(-t // r), b * hkv)](
             q, k, v, idx, uni, cnt, dout, lse, dd, gates, dq, dq if ds is None else ds, t,
             scale * LOG2E, scale, R=r, BLOCK_M=pow2(r * g), BLOCK_N=pow2(n, 1),
             BLOCK_KF=block_k, ACC=dq_acc, FROM_DS=ds is not None, **dims,
@@ -428,9 +460,8 @@ def selection_bwd_triton(
     if dk is not None and dv is not None:
         ts = -(-t // lp)
         chunk = max(1, CHUNK_ROWS // g)
-        store_ds = path == "ds"
+        store_ds = ds is not None
         qpos, qoff, cstart, max_chunks = reverse_map(idx, ts, chunk, entries=store_ds)
-        ds = alloc((b, t, hq, n, lp), dtype=ds_dtype, device=q.device) if store_ds else None
         third = ds if ds is not None else dq if fuse else dk  # unused when neither
         nsa_selection_bwd_dkdv_kernel[(max_chunks, b * hkv)](
             q, k, v, dout, lse, dd, gates, qpos, qoff, cstart, dk, dv, third, t, ts,

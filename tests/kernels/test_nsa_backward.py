@@ -56,19 +56,23 @@ SELECTION_DQ = ["fused", "separate", "ds"]
 
 
 def _spy_dq_kernel(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """The selection dq kernel's launches from now on, each as its FROM_DS flag."""
+    """The selection dq kernel's launches from now on (either tuner: recomputing, or reading a
+    stored dS back), each as its FROM_DS flag."""
     launched: list[bool] = []
-    real = selection_bwd_mod.nsa_selection_bwd_dq_kernel
 
     class Spy:
+        def __init__(self, real: object) -> None:
+            self.real = real
+
         def __getitem__(self, grid: object) -> Callable[..., object]:
             def launch(*args: object, **kw: object) -> object:
                 launched.append(bool(kw.get("FROM_DS")))
-                return real[grid](*args, **kw)
+                return self.real[grid](*args, **kw)  # type: ignore[index]
 
             return launch
 
-    monkeypatch.setattr(selection_bwd_mod, "nsa_selection_bwd_dq_kernel", Spy())
+    for name in ("nsa_selection_bwd_dq_kernel", "nsa_selection_bwd_dq_from_ds_kernel"):
+        monkeypatch.setattr(selection_bwd_mod, name, Spy(getattr(selection_bwd_mod, name)))
     return launched
 
 
@@ -282,18 +286,21 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
     in 2 (the GPU's default) or 4 key tiles of 32 or 16 keys (online softmax across them)
     give the reference's output and gradients. The other tests here have l′ ≤ 16, where the
     interpreter's default split would leave tiles under tl.dot's 16 keys: it keeps them whole.
-    The dq kernel runs only with the selection dq "separate"."""
-    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", "separate")
+    The dq kernel runs with the selection dq "separate" (recomputing) and "ds" (reading the
+    stored dS back per key tile)."""
     for tuner in (
         selection_mod.nsa_selection_fwd_kernel_v2,
         selection_bwd_mod.nsa_selection_bwd_dq_kernel,
+        selection_bwd_mod.nsa_selection_bwd_dq_from_ds_kernel,
     ):
         conf = triton.Config({"NUM_STAGES": 1, "KSPLIT": ksplit}, num_warps=4, num_stages=1)
         monkeypatch.setattr(tuner, "configs", [conf])
         monkeypatch.setattr(tuner, "cache", {})
     x = _inputs(1, 157, 16, 1, 16, 16, torch.float32, SUBTILES, seed=ksplit)
-    got, want, _ = _run(x, SUBTILES, ("q", "k", "v", "gates"))
-    _check(got, want, torch.float32)
+    for dq_path in ("separate", "ds"):
+        monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", dq_path)
+        got, want, _ = _run(x, SUBTILES, ("q", "k", "v", "gates"))
+        _check(got, want, torch.float32)
 
 
 @pytest.mark.skipif(not interpreting(), reason="fused dq exists only in the Triton kernels")
@@ -323,7 +330,8 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     """dq_acc=False: the fused and stored-dS paths overwrite a NaN dq as the dq kernel does
     (the fused atomics only add, so it clears dq first); dk and dv are the same every way.
     Stored dS runs the dq kernel reading it back (FROM_DS) under DS_MAX_BYTES, and the fused
-    path above it; an unknown path is an error."""
+    path above it or when the buffer's allocation runs out of memory; an unknown path is an
+    error."""
     from kernels.nsa._bwd_common import bwd_preprocess
     from kernels.nsa.backward import _forward_parts
     from kernels.nsa.validate import check_nsa_args
@@ -336,13 +344,14 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     sel = (q, k, v, parts["idx"], dout, parts["lse"][1], dd, gates, CFG, dims.scale)
     launched = _spy_dq_kernel(monkeypatch)  # FROM_DS of each dq kernel launch
 
-    def run(path: str) -> tuple[torch.Tensor, ...]:
+    poisoned = functools.partial(torch.full, fill_value=float("nan"))
+
+    def run(path: str, alloc: Callable[..., torch.Tensor] = poisoned) -> tuple[torch.Tensor, ...]:
         launched.clear()
         dq = torch.full(q.shape, float("nan"))
         dk, dv = torch.zeros(k.shape), torch.zeros(v.shape)
-        poisoned = functools.partial(torch.full, fill_value=float("nan"))
         selection_bwd_mod.selection_bwd_triton(
-            *sel, dq=dq, dk=dk, dv=dv, dq_acc=False, dq_path=path, alloc=poisoned
+            *sel, dq=dq, dk=dk, dv=dv, dq_acc=False, dq_path=path, alloc=alloc
         )
         return dq, dk, dv
 
@@ -354,6 +363,14 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
         for a, b in zip(want, got, strict=True):
             assert not b.isnan().any(), path
             torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+    def out_of_memory(*args: object, **kw: object) -> torch.Tensor:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    got = run("ds", alloc=out_of_memory)
+    assert launched == [], "with no memory for the buffer, ds runs fused"
+    for a, b in zip(want, got, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
     monkeypatch.setattr(selection_bwd_mod, "DS_MAX_BYTES", 0)  # the buffer would not fit
     got = run("ds")
     assert launched == [], "over the cap, ds runs fused"
