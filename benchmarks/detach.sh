@@ -14,11 +14,17 @@
 # deleted under it by the next call (run 26: a script's second step, a relative path, was not
 # found). Files keep their paths and contents; a command of several steps should either run
 # from a copy (--copy; run 27 did so by hand) or name its files by absolute path.
+# SECONDS is how long this call waits (start waits too), not a limit on COMMAND: keep it under
+# the device call's 600 s, or the call is cut with nothing returned (run 54 asked 1500).
 set -uo pipefail
 verb=${1:?start|wait}
 dir=${2:?DIR}
 secs=${3:?SECONDS}
 shift 3
+if [ "$secs" -gt 590 ]; then
+  echo "detach: waiting $secs s outlasts a device call (600 s): its output would not come back;" \
+    "wait in several calls instead" >&2
+fi
 if [ "$verb" = start ]; then
   copy=0
   [ "${1:-}" = "--copy" ] && { copy=1; shift; }
