@@ -37,10 +37,11 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
 # selection_dq (the backward), selection_bwd_triton's dq_path: "ds" (the dk/dv kernel stores
 # dS, a dq kernel reads it back: no atomics, a T·Hq·n·l′ buffer, 8.6 GB at 64k) gives dq+dk+dv
-# in 28.9-29.2 ms against 32.1 "fused" (dq added atomically by the dk/dv kernel) and 35.6-36.6
-# "separate" (run 53, 2026-12-03, 64k, one H200, before its own launch config). "fused" runs
-# where the buffer would pass DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits
-# independent of the order of the adds.
+# in 27.9-29.1 ms against 31.8-33.3 "fused" (dq added atomically by the dk/dv kernel) and
+# 35.8-37.1 "separate"; fwd+bwd 123.4 / 126.2 against 127.1 / 129.9 fused, ABAB (run 54,
+# 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
+# DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
+# the adds.
 DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",

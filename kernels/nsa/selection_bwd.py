@@ -26,16 +26,18 @@ an atomic add per row and block (T·Hq·n·Dk adds, ≈ 8.6e9 at 64k, paper conf
 distinct addresses, unlike the dk/dv scatter above), and the dq kernel, which recomputes P and
 dP over the same pairs, is not run. dq's last bits then depend on the order of the adds.
 
-Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, the default since run 53
-measured it: 28.9-29.2 ms against the fused 32.1 at 64k, 27.7 with its own launch config,
-``nsa_selection_bwd_dq_from_ds_kernel``): the dk/dv kernel stores each pair's dS, in the dtype its dots use (bf16 for bf16
-inputs, so dq is the same sum of the same products as the fused path's), into a [B, T, Hq, n,
-l′] buffer, and the dq kernel (``FROM_DS``) forms dq = Σ_slots dS·K per (position, KV head)
-without atomics: one dot per pair instead of the dq kernel's three, no P or dP to
-recompute, and no 8.6e9 atomic adds; the price is the buffer (T·Hq·n·l′ values: 8.6 GB at
-64k, paper config, bf16), written once and read once. Above ``DS_MAX_BYTES``, or when the
-buffer cannot be allocated, the fused path runs instead. Its dq programs hold one position's G heads (no R-position union), so for
-G < 16 they pad their rows to 16 and walk every slot, empty ones included.
+Stored dS (``dq_path="ds"``; the "selection_dq" variant ``ds``, the default since runs 53
+and 54 measured it: 27.9-29.2 ms against the fused 31.8-33.3 at 64k): the dk/dv kernel stores
+each pair's dS, in the dtype its dots use (bf16 for bf16 inputs, so dq is the same sum of the
+same products as the fused path's), into a [B, T, Hq, n, l′] buffer, and the dq kernel
+(``FROM_DS``) forms dq = Σ_slots dS·K per (position, KV head) without atomics: one dot per
+pair instead of the dq kernel's three, no P or dP to recompute, and no 8.6e9 atomic adds; the
+price is the buffer (T·Hq·n·l′ values: 8.6 GB at 64k, paper config, bf16), written once and
+read once. Above ``DS_MAX_BYTES``, or when the buffer cannot be allocated, the fused path runs
+instead. Its dq programs hold one position's G heads (no R-position union), so for G < 16
+they pad their rows to 16 and walk every slot, empty ones included. That dq kernel is the
+same function under its own autotuner (``nsa_selection_bwd_dq_from_ds_kernel``): its best
+launch config differs.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ def _dq_configs() -> list[triton.Config]:
 def _ds_dq_configs() -> list[triton.Config]:
     # The same kernel reading a stored dS: one dot per tile and no softmax, so whole-block key
     # tiles win. First = default: whole blocks, 2 warps, 2 stages (run 53, 2026-12-03, one
-    # H200, paper config: selection dq+dk+dv 6.75-6.78 / 27.72-27.78 ms at 16k / 64k against
-    # 7.11 / 28.93 with the recomputing kernel's config; the others within 1 % of it).
+    # H200, paper config: selection dq+dk+dv 6.75-6.78 / 27.72-27.78 ms at 16k / 64k; the next
+    # three within 1 % of it, the recomputing kernel's config, last, 7.11 / 28.93).
     if interpreting():
         return [triton.Config({"NUM_STAGES": 1, "KSPLIT": 1}, num_warps=4, num_stages=1)]
     return autotune_configs(
