@@ -73,3 +73,28 @@ def diff(x: torch.Tensor, ref: torch.Tensor) -> str:
         return "empty"
     rel = float(d.pow(2).mean().sqrt() / ref[fin].pow(2).mean().sqrt().clamp_min(1e-30))
     return f"max abs {float(d.abs().max()):.3e}, rel RMS {rel:.3e}"
+
+
+def nsa_inputs(
+    t: int,
+    hq: int,
+    hkv: int,
+    dim: int,
+    device: str,
+    *,
+    with_dout: bool = False,
+    gen: torch.Generator | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> tuple[torch.Tensor, ...]:
+    """The NSA benchmarks' inputs at length t, B = 1: (q, k, v, gates[, dout]), drawn in this
+    order from ``gen`` (default: a fresh generator seeded with t), so every script times the
+    same tensors; a caller that draws more afterwards passes its own generator."""
+    gen = gen or torch.Generator(device=device).manual_seed(t)
+    q = torch.randn(1, t, hq, dim, device=device, generator=gen).to(dtype)  # [B, T, Hq, D]
+    k = torch.randn(1, t, hkv, dim, device=device, generator=gen).to(dtype)  # [B, T, Hkv, D]
+    v = torch.randn(1, t, hkv, dim, device=device, generator=gen).to(dtype)
+    gates = torch.rand(1, t, hq, 3, device=device, generator=gen)  # [B, T, Hq, 3] fp32
+    if not with_dout:
+        return q, k, v, gates
+    dout = torch.randn(1, t, hq, dim, device=device, generator=gen).to(dtype)
+    return q, k, v, gates, dout

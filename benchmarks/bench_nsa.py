@@ -47,7 +47,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import kernels.nsa.attention as nsa_mod  # noqa: E402
-from benchmarks._common import commit, device_ready, diff  # noqa: E402
+from benchmarks._common import commit, device_ready, diff, nsa_inputs  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton  # noqa: E402
@@ -89,11 +89,7 @@ def flops(t: int, cfg: NSAConfig) -> dict[str, float]:
 def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
     cfg = NSAConfig()
     dev = "cuda"
-    gen = torch.Generator(device=dev).manual_seed(t)
-    q = torch.randn(B, t, HQ, D, device=dev, generator=gen).to(torch.bfloat16)
-    k = torch.randn(B, t, HKV, D, device=dev, generator=gen).to(torch.bfloat16)
-    v = torch.randn(B, t, HKV, D, device=dev, generator=gen).to(torch.bfloat16)
-    gates = torch.rand(B, t, HQ, 3, device=dev, generator=gen)
+    q, k, v, gates = nsa_inputs(t, HQ, HKV, D, dev)
     scale = D**-0.5
     fl = flops(t, cfg)
     rows: list[tuple[str, float, float | None]] = []
@@ -333,10 +329,7 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
 
     def one(t: int) -> None:  # a function: its tensors are freed on return
         gen = torch.Generator(device="cuda").manual_seed(t)
-        q = torch.randn(B, t, HQ, D, device="cuda", generator=gen).to(torch.bfloat16)
-        k = torch.randn(B, t, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
-        v = torch.randn(B, t, HKV, D, device="cuda", generator=gen).to(torch.bfloat16)
-        gates = torch.rand(B, t, HQ, 3, device="cuda", generator=gen)
+        q, k, v, gates = nsa_inputs(t, HQ, HKV, D, "cuda", gen=gen)
         # "local" queries: 64-position chunks share 80 % of their query direction, as
         # neighbouring tokens of a real model do, so their top-n sets overlap
         base = torch.randn(B, -(-t // 64), HQ, D, device="cuda", generator=gen)
@@ -514,12 +507,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
         return ms
 
     def one(t: int) -> None:  # a function: its tensors are freed on return
-        gen = torch.Generator(device=device).manual_seed(t)
-        q = torch.randn(B, t, hq, dim, device=device, generator=gen).to(dtype)
-        k = torch.randn(B, t, hkv, dim, device=device, generator=gen).to(dtype)
-        v = torch.randn(B, t, hkv, dim, device=device, generator=gen).to(dtype)
-        gates = torch.rand(B, t, hq, 3, device=device, generator=gen)
-        dout = torch.randn(B, t, hq, dim, device=device, generator=gen).to(dtype)
+        q, k, v, gates, dout = nsa_inputs(t, hq, hkv, dim, device, with_dout=True, dtype=dtype)
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v, gates)]
 
         def fwd_nograd() -> object:

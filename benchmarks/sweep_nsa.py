@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from benchmarks._common import commit, device_ready, diff  # noqa: E402
+from benchmarks._common import commit, device_ready, diff, nsa_inputs  # noqa: E402
 from kernels.nsa import NSAConfig  # noqa: E402
 from kernels.nsa import compressed as cmp_mod  # noqa: E402
 from kernels.nsa import compressed_bwd as cmp_bwd  # noqa: E402
@@ -227,12 +227,7 @@ def setup(t: int) -> dict[str, Any]:
     for k in KERNELS:
         use(DEFAULTS[k])
     cfg = NSAConfig()
-    gen = torch.Generator(device=DEV).manual_seed(t)
-    q = torch.randn(1, t, HQ, D, device=DEV, generator=gen).to(torch.bfloat16)
-    k = torch.randn(1, t, HKV, D, device=DEV, generator=gen).to(torch.bfloat16)
-    v = torch.randn(1, t, HKV, D, device=DEV, generator=gen).to(torch.bfloat16)
-    gates = torch.rand(1, t, HQ, 3, device=DEV, generator=gen)
-    dout = torch.randn(1, t, HQ, D, device=DEV, generator=gen).to(torch.bfloat16)
+    q, k, v, gates, dout = nsa_inputs(t, HQ, HKV, D, DEV, with_dout=True)
     dims = check_nsa_args(q, k, v, gates, cfg, None, None, None)
     parts = _forward_parts(q, k, v, gates, None, None, None, cfg, dims)
     # k̃ as the forward stored it: fp16 hi + lo, or in ṽ's dtype (attention._compressed_dtype)
