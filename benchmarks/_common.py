@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -98,3 +100,20 @@ def nsa_inputs(
         return q, k, v, gates
     dout = torch.randn(1, t, hq, dim, device=device, generator=gen).to(dtype)
     return q, k, v, gates, dout
+
+
+def median_ms(fn: Callable[[], object], cuda: bool) -> float:
+    """fn's median time in ms: CUDA events after warm-up (``triton.testing.do_bench``) on the
+    GPU; on the CPU (the interpreter's smoke runs, seconds a call) the middle of 3 wall-clock
+    calls after one warm-up."""
+    if cuda:
+        import triton
+
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append(1e3 * (time.perf_counter() - t0))
+    return sorted(times)[1]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import kernels.nsa.attention as nsa_mod  # noqa: E402
-from benchmarks._common import commit, device_ready, diff, nsa_inputs  # noqa: E402
+from benchmarks._common import commit, device_ready, diff, median_ms, nsa_inputs  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import _split_fp16  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS, compressed_triton  # noqa: E402
@@ -66,7 +65,7 @@ B, HQ, HKV, D = 1, 64, 4, 128
 
 
 def bench(fn: Callable[[], object]) -> float:
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return median_ms(fn, cuda=True)
 
 
 def flops(t: int, cfg: NSAConfig) -> dict[str, float]:
@@ -476,17 +475,6 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
     if not device_ready(device, "bench_nsa --backward"):
         return
 
-    def timer(fn: Callable[[], object]) -> float:
-        if cuda:
-            return bench(fn)  # CUDA-event median after warm-up
-        fn()
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            fn()
-            times.append(1e3 * (time.perf_counter() - t0))
-        return sorted(times)[1]
-
     cfg = NSAConfig()
     dtype = torch.bfloat16
     rows: dict[str, dict[int, str]] = {}
@@ -496,7 +484,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             fn()
             if cuda:
                 torch.cuda.synchronize()
-            ms: float | None = timer(fn)
+            ms: float | None = median_ms(fn, cuda)
             rows.setdefault(row, {})[t] = f"{ms:.2f}"
         except Exception as exc:  # one failure must not hide the other rows
             print(f"  T={t:6d} {row}: FAILED {type(exc).__name__}: {exc}")

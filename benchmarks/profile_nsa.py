@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from benchmarks._common import commit, device_ready, nsa_inputs  # noqa: E402
+from benchmarks._common import commit, device_ready, median_ms, nsa_inputs  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import variant  # noqa: E402
 
@@ -53,21 +53,6 @@ def kernel_times(step: Callable[[], object], steps: int, cuda: bool) -> dict[str
         out[ev.name][0] += 1
         out[ev.name][1] += us / 1e3
     return out
-
-
-def median_ms(step: Callable[[], object], cuda: bool) -> float:
-    if cuda:
-        import triton
-
-        return float(triton.testing.do_bench(step, warmup=50, rep=200))
-    import time
-
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        step()
-        times.append(1e3 * (time.perf_counter() - t0))
-    return sorted(times)[1]
 
 
 def table(t: int, times: dict[str, list[float]], steps: int, step_ms: float) -> None:
