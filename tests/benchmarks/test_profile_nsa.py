@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from benchmarks.profile_nsa import kernel_times, table
@@ -21,7 +22,7 @@ def test_kernel_times_counts_each_top_level_operator_per_step() -> None:
     assert all(ms >= 0 for _, ms in times.values())
 
 
-def test_table_orders_by_time_and_shares_add_up(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_table_orders_by_time_and_shares_add_up(capsys: pytest.CaptureFixture[str]) -> None:
     times = {"small": [2, 1.0], "big | pipe": [2, 3.0]}
     table(128, times, steps=2, step_ms=2.5)
     out = capsys.readouterr().out.splitlines()
