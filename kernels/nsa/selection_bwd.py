@@ -107,7 +107,7 @@ def _kv_configs() -> list[triton.Config]:
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
 @triton.autotune(
     configs=_dq_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC", "FROM_DS"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "N_SEL", "ACC"],  # FROM_DS: its own tuner below
     restore_value=["DQ"],
 )
 @triton.jit
