@@ -34,17 +34,14 @@ same products as the fused path's), into a [B, T, Hq, n, l′] buffer, and the d
 pair instead of the dq kernel's three, no P or dP to recompute, and no 8.6e9 atomic adds; the
 price is the buffer (T·Hq·n·l′ values: 8.6 GB at 64k, paper config, bf16), written once and
 read once. Above ``DS_MAX_BYTES``, or when the buffer cannot be allocated, the fused path runs
-instead. Its dq programs hold ``DS_POSITIONS`` consecutive positions' G heads each: with
-one, G < 16 rows are padded to 16 and every slot is walked, empty ones included; with R > 1
-they walk the union of the R positions' blocks, each row reading its own slot's dS (none where
-it did not choose the block), so a key tile shared by neighbouring positions is gathered once.
-That dq kernel is the same function under its own autotuner
-(``nsa_selection_bwd_dq_from_ds_kernel``): its best launch config differs.
+instead. Its dq programs hold one position's G heads (no R-position union), so for G < 16
+they pad their rows to 16 and walk every slot, empty ones included. That dq kernel is the
+same function under its own autotuner (``nsa_selection_bwd_dq_from_ds_kernel``): its best
+launch config differs.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
@@ -63,18 +60,6 @@ CHUNK_ROWS = 2048
 # beside the forward's tensors on an 80-141 GB GPU; longer sequences take the fused path.
 DS_MAX_BYTES = 16 << 30
 DQ_PATHS = ("separate", "fused", "ds")
-# Positions per program of the dq kernel reading a stored dS (KGRADE_NSA_SELECTION_DS_R
-# overrides it, for benchmarks): they walk the union of their blocks, each key tile once.
-DS_POSITIONS = 1
-
-
-def ds_positions() -> int:
-    raw = os.environ.get("KGRADE_NSA_SELECTION_DS_R", "")
-    if not raw:
-        return DS_POSITIONS
-    if not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"KGRADE_NSA_SELECTION_DS_R must be a positive integer, got {raw!r}")
-    return int(raw)
 
 
 def _dq_configs() -> list[triton.Config]:
@@ -144,7 +129,7 @@ def nsa_selection_bwd_dq_kernel(
     sm_scale,
     HKV: tl.constexpr,
     G: tl.constexpr,
-    R: tl.constexpr,  # consecutive positions per program (R·G rows)
+    R: tl.constexpr,  # consecutive positions per program (R·G rows; 1 with FROM_DS)
     L_SEL: tl.constexpr,
     N_SEL: tl.constexpr,
     DK: tl.constexpr,
@@ -211,17 +196,10 @@ def nsa_selection_bwd_dq_kernel(
         )  # [BLOCK_DK, BLOCK_K]
         if DOT_F32:
             kt = kt.to(tl.float32)
-        if FROM_DS:  # each row's dS for this block, in the dots' dtype already
-            if R > 1:  # the row's own slot holding blk, if it chose blk at all
-                hit = own == blk  # [BLOCK_M, BLOCK_N]
-                slot = tl.sum(tl.where(hit, kk[None, :], 0), axis=1)
-                chose = row_ok & (tl.max(hit.to(tl.int32), axis=1) > 0)
-            else:
-                slot = it // N_SUB
-                chose = row_ok
-            ds_row = (ridx * N_SEL + slot) * L_SEL + u0  # [BLOCK_M]
+        if FROM_DS:  # R = 1: this slot's dS for the G rows, in the dots' dtype already
+            ds_row = (ridx * N_SEL + it // N_SUB) * L_SEL + u0  # [BLOCK_M]
             ds = tl.load(
-                DS + ds_row[:, None] + u[None, :], mask=chose[:, None] & kin[None, :], other=0.0
+                DS + ds_row[:, None] + u[None, :], mask=row_ok[:, None] & kin[None, :], other=0.0
             )  # [BLOCK_M, BLOCK_K]
         else:
             vt = tl.load(
@@ -466,9 +444,8 @@ def selection_bwd_triton(
         assert dq is not None
         # R positions per program fill the ≥ 16 rows a tensor-core dot needs when G < 16
         # (the forward pads G rows to 16 instead); their union of blocks is walked once.
-        # Reading a stored dS back, R (DS_POSITIONS) positions share each union block's
-        # key tile, which the dq kernel otherwise gathers once per position.
-        r = max(1, 16 // g) if ds is None else ds_positions()
+        # A stored dS is per (row, slot): one position per program, G rows padded.
+        r = max(1, 16 // g) if ds is None else 1
         if r > 1:
             uni, cnt = union_blocks(idx, r)
         else:  # unused placeholders (R = 1 walks idx itself)

@@ -294,7 +294,7 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
     give the reference's output and gradients. The other tests here have l′ ≤ 16, where the
     interpreter's default split would leave tiles under tl.dot's 16 keys: it keeps them whole.
     The dq kernel runs with the selection dq "separate" (recomputing) and "ds" (reading the
-    stored dS back per key tile, its programs holding one position or two)."""
+    stored dS back per key tile)."""
     for tuner in (
         selection_mod.nsa_selection_fwd_kernel_v2,
         selection_bwd_mod.nsa_selection_bwd_dq_kernel,
@@ -304,9 +304,8 @@ def test_selection_key_subtiles(ksplit: int, monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setattr(tuner, "configs", [conf])
         monkeypatch.setattr(tuner, "cache", {})
     x = _inputs(1, 157, 16, 1, 16, 16, torch.float32, SUBTILES, seed=ksplit)
-    for dq_path, positions in (("separate", ""), ("ds", "1"), ("ds", "2")):
+    for dq_path in ("separate", "ds"):
         monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", dq_path)
-        monkeypatch.setenv("KGRADE_NSA_SELECTION_DS_R", positions)
         got, want, _ = _run(x, SUBTILES, ("q", "k", "v", "gates"))
         _check(got, want, torch.float32)
 
@@ -336,8 +335,7 @@ def test_selection_fused_dq(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.skipif(not interpreting(), reason="the dq paths exist only in the Triton kernels")
 def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """dq_acc=False: the fused and stored-dS paths overwrite a NaN dq as the dq kernel does
-    (the fused atomics only add, so it clears dq first); dk and dv are the same every way,
-    and the stored-dS dq whether its programs hold one position or several.
+    (the fused atomics only add, so it clears dq first); dk and dv are the same every way.
     Stored dS runs the dq kernel reading it back (FROM_DS) under DS_MAX_BYTES, and the fused
     path above it or when the buffer's allocation runs out of memory; an unknown path is an
     error."""
@@ -366,18 +364,12 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
 
     want = run("separate")
     assert launched == [False], "separate: the dq kernel recomputing P and dP"
-    # ds: its dq programs hold 1 position or the union of 2 or 3 positions' blocks
-    for path, runs, positions in (("fused", [], ""), *(("ds", [True], r) for r in "123")):
-        monkeypatch.setenv("KGRADE_NSA_SELECTION_DS_R", positions)
+    for path, runs in (("fused", []), ("ds", [True])):
         got = run(path)
         assert launched == runs, f"{path}: dq kernel launches {launched}"
         for a, b in zip(want, got, strict=True):
-            assert not b.isnan().any(), (path, positions)
+            assert not b.isnan().any(), path
             torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
-    monkeypatch.setenv("KGRADE_NSA_SELECTION_DS_R", "0")
-    with pytest.raises(ValueError, match="KGRADE_NSA_SELECTION_DS_R"):
-        run("ds")
-    monkeypatch.delenv("KGRADE_NSA_SELECTION_DS_R")
 
     def out_of_memory(*args: object, **kw: object) -> torch.Tensor:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
