@@ -567,20 +567,6 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             t,
             lambda: compressed_bwd_triton(*cmp_args, split, dq=None, dkc=dkc, dvc=dvc),
         )
-        # both ways to all three, side by side (the "compressed_dq" variant picks one)
-        active = nsa_mod.variant("compressed_dq")
-        for name, how in (
-            ("recompute", "recompute: dq kernel + dk̃+dṽ kernel"),
-            ("ds", "ds: dk̃+dṽ stores dS, dq from it"),
-        ):
-            mark = " (in fwd+bwd)" if name == active else ""
-            timed(
-                f"  bwd compressed dq+dk̃+dṽ, {how}{mark}",
-                t,
-                lambda p=name: compressed_bwd_triton(
-                    *cmp_args, split, dq=dq, dkc=dkc, dvc=dvc, dq_path=p
-                ),
-            )
         if cuda:
             from torch.nn.attention import SDPBackend, sdpa_kernel
             from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -612,7 +598,6 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
         ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dq_from_ds_kernel"),
         ("kernels.nsa.selection_bwd", "nsa_selection_bwd_dkdv_kernel"),
         ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dq_kernel"),
-        ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dq_from_ds_kernel"),
         ("kernels.nsa.compressed_bwd", "nsa_compressed_bwd_dkdv_kernel"),
     )
     print(

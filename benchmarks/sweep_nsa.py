@@ -7,7 +7,6 @@ Kernels (``--kernel``): the forward's compressed branch ``cmp`` (``v2h``: attent
 scores, top-n) and selection ``slc`` (``v2``); the backward's ``slc_dq``, ``slc_kv``,
 ``slc_fused`` (the dk+dv kernel adding dq too), ``slc_ds`` (the dq kernel reading the dS the
 dk+dv kernel stored: its configs, timed with the dk+dv kernel), ``cmp_dq``, ``cmp_kv``,
-``cmp_ds`` (as ``slc_ds``, for the compressed branch),
 ``win_dq``, ``win_kv`` (each timed through its launch function on the forward's saved tensors,
 as ``bench_nsa.py --backward`` times them). Paper configuration (Hq 64, Hkv 4, D 128, bf16,
 random inputs as ``bench_nsa.py``'s). Each candidate is a kernel's own config list
@@ -171,11 +170,6 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
         cmp_bwd.nsa_compressed_bwd_dkdv_kernel,
         _tiles("BLOCK_C"),
     ),
-    "cmp_ds": (
-        "backward compressed dq+dk̃+dṽ, stored dS (the configs of the dq kernel reading it back)",
-        cmp_bwd.nsa_compressed_bwd_dq_from_ds_kernel,
-        _tiles("BLOCK_C"),
-    ),
     "win_dq": (
         "backward window dq",
         win_bwd.nsa_window_bwd_dq_kernel,
@@ -312,12 +306,6 @@ def call(
         "cmp_kv": (
             lambda: cmp_bwd.compressed_bwd_triton(*cmpb, dq=None, dkc=x["dkc"], dvc=x["dvc"]),
             ("dkc", "dvc"),
-        ),
-        "cmp_ds": (  # adds into dq; overwrites dk̃, dṽ
-            lambda: cmp_bwd.compressed_bwd_triton(
-                *cmpb, dq=x["dq"], dkc=x["dkc"], dvc=x["dvc"], dq_path="ds"
-            ),
-            ("dq", "dkc", "dvc"),
         ),
         "win_dq": (
             lambda: win_bwd.window_bwd_triton(*win, dq=x["dq"], dk=None, dv=None),

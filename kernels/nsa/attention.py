@@ -12,7 +12,6 @@ import torch
 
 from kernels.nsa._triton_common import interpreting, use_triton
 from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
-from kernels.nsa.compressed_bwd import CMP_DQ_PATHS
 from kernels.nsa.config import NSAAux, NSAConfig
 from kernels.nsa.selection import SELECTION_IMPLS
 from kernels.nsa.selection_bwd import DQ_PATHS
@@ -32,12 +31,7 @@ POISON_OUTPUTS = False
 # Kernel variants of the Triton path, chosen at call time (benchmarks compare them side by
 # side on identical inputs before a default is picked). An entry set here wins over the
 # environment variable; None → env → DEFAULT_VARIANTS.
-VARIANTS: dict[str, str | None] = {
-    "selection": None,
-    "compressed": None,
-    "selection_dq": None,
-    "compressed_dq": None,
-}
+VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selection_dq": None}
 # Measured fastest on one H200 (bench_nsa.py --variants, 2026-12-01, paper config, 64k):
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
@@ -48,31 +42,21 @@ VARIANTS: dict[str, str | None] = {
 # 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
-# compressed_dq (the backward), compressed_bwd_triton's dq_path: "recompute" (the dq kernel
-# recomputes P and dP) or "ds" (the dk̃/dṽ kernel stores dS, the dq kernel reads it back: one
-# dot instead of three, a T·Hq·Tc/2 buffer, 17.2 GB at 64k).
-DEFAULT_VARIANTS = {
-    "selection": "v2",
-    "compressed": "v2h",
-    "selection_dq": "ds",
-    "compressed_dq": "recompute",
-}
+DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",
     "selection_dq": "KGRADE_NSA_SELECTION_DQ",
-    "compressed_dq": "KGRADE_NSA_COMPRESSED_DQ",
 }
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
     "selection_dq": {name: name for name in DQ_PATHS},
-    "compressed_dq": {name: name for name in CMP_DQ_PATHS},
 }
 
 
 def variant(branch: str) -> str:
-    """The active variant name of ``branch`` (a key of ``VARIANTS``)."""
+    """The active variant name of ``branch`` ("selection", "compressed" or "selection_dq")."""
     name = VARIANTS[branch] or os.environ.get(_VARIANT_ENV[branch], "") or DEFAULT_VARIANTS[branch]
     if name not in _VARIANT_IMPLS[branch]:
         raise ValueError(

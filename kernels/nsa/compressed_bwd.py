@@ -40,10 +40,6 @@ from kernels.nsa.config import NSAConfig
 # the grid has ≈ 2k programs of ≤ 1k row tiles each; the partial buffers then hold 16 copies
 # of dk̃, dṽ (≈ 270 MB at 64k, paper config), summed on the host.
 SEG_ROWS = 65536
-# The stored-dS dq path's buffer cap: T·Hq·Tc/2 values, 17.2 GB at T = 64k in bf16 (paper
-# config), beside the forward's tensors on an 80-141 GB GPU; longer sequences recompute.
-CMP_DS_MAX_BYTES = 24 << 30
-CMP_DQ_PATHS = ("recompute", "ds")
 
 
 def _configs() -> list[triton.Config]:
@@ -60,35 +56,6 @@ def _configs() -> list[triton.Config]:
             for bm, bc, w, st in dict.fromkeys((first, *rest))
         ]
     )
-
-
-def _ds_dq_configs() -> list[triton.Config]:
-    # dq from a stored dS: one dot per tile, and the dS tiles stream from memory once.
-    if interpreting():
-        return [triton.Config({"BLOCK_M": 32, "BLOCK_C": 32}, num_warps=4, num_stages=1)]
-    tiles = ((128, 64, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 3), (64, 128, 4, 3))
-    return autotune_configs(
-        [
-            triton.Config({"BLOCK_M": bm, "BLOCK_C": bc}, num_warps=w, num_stages=st)
-            for bm, bc, w, st in tiles
-        ]
-    )
-
-
-@triton.jit
-def _ds_rows(
-    DSOFF, t, h, ok, bg, DS_BG, G: tl.constexpr, TC, L_CMP: tl.constexpr, D_STRIDE: tl.constexpr
-):
-    """(start, length) of each row's stored dS in the flat buffer (``ds_layout``): position
-    t's G rows lie in DSOFF[t] .. DSOFF[t + 1] of its (batch, KV head)'s DS_BG elements, each
-    padded to a multiple of 8 (16-byte aligned rows), of which the first nv(t), the blocks
-    row t sees, are stored."""
-    o0 = tl.load(DSOFF + t, mask=ok, other=0)
-    o1 = tl.load(DSOFF + t + 1, mask=ok, other=0)
-    start = tl.multiple_of(bg * DS_BG + o0 + h * ((o1 - o0) // G), 8)
-    num = t + 1 - L_CMP
-    nv = tl.minimum(tl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
-    return start, nv
 
 
 @triton.jit
@@ -162,7 +129,7 @@ def _dq_tile(
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
 @triton.autotune(
     configs=_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC", "OUT_CAST"],  # FROM_DS: below
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC"],
     restore_value=["DQ"],
 )
 @triton.jit
@@ -176,10 +143,6 @@ def nsa_compressed_bwd_dq_kernel(
     DD,  # [B, T, Hq, 3] fp32
     GATES,  # [B, T, Hq, 3]
     DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
-    DQO,  # OUT_CAST: [B, T, Hq, Dk] in q's dtype, written instead of DQ (the final dq)
-    DS,  # FROM_DS: [B·Hkv, DS_BG] the dS the dk̃/dṽ kernel stored (``ds_layout``)
-    DSOFF,  # FROM_DS: [T + 1] int64 row offsets of each position's dS
-    DS_BG,  # FROM_DS: elements per (batch, KV head)
     T,
     TC,
     qk_scale,
@@ -197,8 +160,6 @@ def nsa_compressed_bwd_dq_kernel(
     KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    FROM_DS: tl.constexpr = False,  # dq = Σ dS·k̃ from the stored dS: no P, dP to recompute
-    OUT_CAST: tl.constexpr = False,
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     HQ: tl.constexpr = HKV * G
@@ -215,70 +176,35 @@ def nsa_compressed_bwd_dq_kernel(
     ridx = (b * T + t) * HQ + h
     offs_dk = tl.arange(0, BLOCK_DK)
     qmask = row_ok[:, None] & (offs_dk[None, :] < DK)
+    q, do = load_rows(Q, DO, ridx, row_ok, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32)
+    q16 = q.to(tl.float16)
+    lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 0)
     t_last = tl.minimum(t0 + BLOCK_T - 1, T - 1)
     num = t_last + 1 - L_CMP
     n_vis = tl.minimum(tl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
     c_row = b * TC * HKV + g  # row of (b, block 0, g) in [B, Tc, Hkv, ·]
+    # Blocks visible to the first row are visible to every row: whole tiles of them run
+    # without the causal mask (as the forward's v2); only the causal edge pays for it. Rows
+    # past T have gate 0, so their ds is 0 there too.
+    num0 = t0 + 1 - L_CMP
+    n_all = tl.minimum(tl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
+    c_split = (n_all // BLOCK_C) * BLOCK_C
     dq = tl.zeros([BLOCK_M, BLOCK_DK], tl.float32)
-    if FROM_DS:
-        # each row's dS, already g·p·(dp − D) in the dot's dtype; past a row's own visible
-        # blocks (nv) nothing was stored and nothing is read
-        start, nv = _ds_rows(
-            DSOFF, t, rows % G, row_ok, pid_bg.to(tl.int64), DS_BG, G, TC, L_CMP, D_STRIDE
-        )
-        for c0 in range(0, n_vis, BLOCK_C):
-            c = c0 + tl.arange(0, BLOCK_C)
-            ds = tl.load(
-                DS + start[:, None] + c[None, :],
-                mask=row_ok[:, None] & (c[None, :] < nv[:, None]),
-                other=0.0,
-            )  # [BLOCK_M, BLOCK_C]
-            kq = tl.load(
-                KQ + (c_row + c * HKV)[:, None] * DK + offs_dk[None, :],
-                mask=(c < n_vis)[:, None] & (offs_dk[None, :] < DK),
-                other=0.0,
-            )  # [BLOCK_C, BLOCK_DK]
-            dq += mma(ds, kq, DOT_F32)
-    else:
-        q, do = load_rows(Q, DO, ridx, row_ok, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32)
-        q16 = q.to(tl.float16)
-        lse2, gate, dd = row_stats(LSE, DD, GATES, ridx, row_ok, 0)
-        # Blocks visible to the first row are visible to every row: whole tiles of them run
-        # without the causal mask (as the forward's v2); only the causal edge pays for it.
-        # Rows past T have gate 0, so their ds is 0 there too.
-        num0 = t0 + 1 - L_CMP
-        n_all = tl.minimum(tl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
-        c_split = (n_all // BLOCK_C) * BLOCK_C
-        for c0 in range(0, c_split, BLOCK_C):
-            dq = _dq_tile(
-                dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
-                HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C,
-                False,
-            )  # fmt: skip
-        for c0 in range(c_split, n_vis, BLOCK_C):
-            dq = _dq_tile(
-                dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
-                HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C,
-                True,
-            )  # fmt: skip
+    for c0 in range(0, c_split, BLOCK_C):
+        dq = _dq_tile(
+            dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
+            HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, False,
+        )  # fmt: skip
+    for c0 in range(c_split, n_vis, BLOCK_C):
+        dq = _dq_tile(
+            dq, q, q16, do, lse2, gate, dd, t, KL, KQ, VC, c_row, c0, n_vis, qk_scale,
+            HKV, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_C, True,
+        )  # fmt: skip
     dq = dq * sm_scale
     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
     if ACC:
         dq += tl.load(dq_ptr, mask=qmask, other=0.0)
-    if OUT_CAST:  # the last branch to add: write the gradient in q's dtype, no extra pass
-        tl.store(
-            DQO + ridx[:, None] * DK + offs_dk[None, :], dq.to(DQO.dtype.element_ty), mask=qmask
-        )
-    else:
-        tl.store(dq_ptr, dq, mask=qmask)
-
-
-# The dq kernel with FROM_DS, tuned apart: its best launch config is not the recomputing one's.
-nsa_compressed_bwd_dq_from_ds_kernel = triton.autotune(
-    configs=_ds_dq_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC", "OUT_CAST"],
-    restore_value=["DQ"],
-)(nsa_compressed_bwd_dq_kernel.fn)
+    tl.store(dq_ptr, dq, mask=qmask)
 
 
 @triton.jit
@@ -299,11 +225,7 @@ def _dkdv_tile(
     c,
     cin,
     T,
-    TC,
     qk_scale,
-    DS,
-    DSOFF,
-    DS_BG,
     HQ: tl.constexpr,
     G: tl.constexpr,
     L_CMP: tl.constexpr,
@@ -316,7 +238,6 @@ def _dkdv_tile(
     KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr,  # False: rows all in the segment, all seeing every real block
-    STORE_DS: tl.constexpr,
 ):
     """One query tile's contribution (positions t0 .. t0 + BLOCK_M/G, G heads)."""
     rows = tl.arange(0, BLOCK_M)
@@ -346,20 +267,12 @@ def _dkdv_tile(
         pg = tl.exp2(s - lse2[:, None]) * gate[:, None]
     dvc += mma(tl.trans(pg).to(do.dtype), do, DOT_F32)
     dp = mma(do, tl.trans(vc), DOT_F32)  # [BLOCK_M, BLOCK_C]; vc in do's dtype (_operands)
-    ds = (pg * (dp - dd[:, None])).to(q.dtype)
-    dkc += mma(tl.trans(q), ds, DOT_F32)  # [BLOCK_DK, BLOCK_C]
-    if STORE_DS:  # each (row, visible block)'s dS, for the dq kernel that reads it back
-        start, nv = _ds_rows(DSOFF, t, rows % G, row_ok, b * (HQ // G) + g, DS_BG, G, TC,
-                             L_CMP, D_STRIDE)  # fmt: skip
-        tl.store(
-            DS + start[:, None] + c[None, :],
-            ds.to(DS.dtype.element_ty),
-            mask=row_ok[:, None] & (c[None, :] < nv[:, None]),
-        )
+    ds = pg * (dp - dd[:, None])
+    dkc += mma(tl.trans(q), ds.to(q.dtype), DOT_F32)  # [BLOCK_DK, BLOCK_C]
     return dkc, dvc
 
 
-@triton.autotune(configs=_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "STORE_DS"])
+@triton.autotune(configs=_configs(), key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT"])
 @triton.jit
 def nsa_compressed_bwd_dkdv_kernel(
     Q,  # [B, T, Hq, Dk]
@@ -371,9 +284,6 @@ def nsa_compressed_bwd_dkdv_kernel(
     GATES,  # [B, T, Hq, 3]
     DKC,  # [S, B, Tc, Hkv, Dk] fp32 out: per-segment partial sums
     DVC,  # [S, B, Tc, Hkv, Dv] fp32 out
-    DS,  # STORE_DS: [B·Hkv, DS_BG] out, each (row, visible block)'s dS (``ds_layout``)
-    DSOFF,  # STORE_DS: [T + 1] int64 row offsets of each position's dS
-    DS_BG,  # STORE_DS: elements per (batch, KV head)
     T,
     TC,
     SEG,  # query positions per segment
@@ -391,7 +301,6 @@ def nsa_compressed_bwd_dkdv_kernel(
     KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    STORE_DS: tl.constexpr = False,
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     HQ: tl.constexpr = HKV * G
@@ -427,21 +336,18 @@ def nsa_compressed_bwd_dkdv_kernel(
     t_tail = t_mid + tl.maximum(seg_hi - t_mid, 0) // BLOCK_T * BLOCK_T
     for t0 in range(t_begin, tl.minimum(t_mid, seg_hi), BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, TC,
-            qk_scale, DS, DSOFF, DS_BG, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV,
-            DOT_F32, KC_SPLIT, BLOCK_M, True, STORE_DS,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
         )  # fmt: skip
     for t0 in range(t_mid, t_tail, BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, TC,
-            qk_scale, DS, DSOFF, DS_BG, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV,
-            DOT_F32, KC_SPLIT, BLOCK_M, False, STORE_DS,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, False,
         )  # fmt: skip
     for t0 in range(t_tail, seg_hi, BLOCK_T):
         dkc, dvc = _dkdv_tile(
-            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, TC,
-            qk_scale, DS, DSOFF, DS_BG, HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV,
-            DOT_F32, KC_SPLIT, BLOCK_M, True, STORE_DS,
+            dkc, dvc, kct, vc, Q, DO, LSE, DD, GATES, b, g, t0, seg_hi, c, cin, T, qk_scale,
+            HQ, G, L_CMP, D_STRIDE, DK, DV, BLOCK_DK, BLOCK_DV, DOT_F32, KC_SPLIT, BLOCK_M, True,
         )  # fmt: skip
     tl.store(DKC + orow[None, :] * DK + offs_dk[:, None], dkc * sm_scale, mask=kmask)
     tl.store(DVC + orow[:, None] * DV + offs_dv[None, :], dvc, mask=vmask)
@@ -463,31 +369,6 @@ def _operands(
     return kl, kq, vc.to(dout.dtype).contiguous()
 
 
-def ds_layout(
-    t: int, tc: int, g: int, cfg: NSAConfig, device: torch.device
-) -> tuple[torch.Tensor, int]:
-    """Where the stored-dS path keeps each row's dS, without a host sync.
-
-    Row (t, h) holds the nv(t) = ⌊(t − l + 1)/d⌋ + 1 (clamped to [0, Tc]) blocks position t
-    sees, padded to a multiple of 8 so every row starts 16-byte aligned; a position's G rows
-    are consecutive. Returns (offsets [T + 1] int64 on the device: position t's rows start at
-    offsets[t]; the elements per (batch, KV head), computed on the host in closed form).
-    """
-    lc, d = cfg.cmp_block, cfg.cmp_stride
-    pos = torch.arange(t, device=device)
-    num = pos + 1 - lc
-    nv = torch.where(num >= 0, torch.div(num, d, rounding_mode="floor") + 1, 0).clamp_(max=tc)
-    offsets = torch.zeros(t + 1, dtype=torch.int64, device=device)
-    torch.cumsum((nv + 7) // 8 * 8 * g, dim=0, out=offsets[1:])
-    # the same sum on the host: visible count m (1 ≤ m ≤ Tc) is held by d positions, the
-    # last count by the positions left
-    seen = t - lc + 1  # positions that see at least one block
-    total = 0
-    for m in range(1, tc + 1):
-        total += min(d, seen - (m - 1) * d) * ((m + 7) // 8 * 8)
-    return offsets, total * g
-
-
 def compressed_bwd_triton(
     q: torch.Tensor,
     kc: torch.Tensor,
@@ -504,22 +385,14 @@ def compressed_bwd_triton(
     dkc: torch.Tensor | None,
     dvc: torch.Tensor | None,
     dq_acc: bool = True,
-    dq_path: str = "recompute",
-    dq_out: torch.Tensor | None = None,
     alloc: object = torch.empty,
 ) -> None:
     """Compressed-branch gradients into fp32 buffers (all tensors contiguous, Tc ≥ 1).
 
     kc: fp32 k̃ [B,Tc,Hkv,Dk]; kc_split: the forward used fp16 hi + lo parts of it (see
     ``attention._compressed_dtype``). dq [B,T,Hq,Dk] is added to (dq_acc) or overwritten;
-    dkc/dvc [B,Tc,Hkv,·] are overwritten. A None buffer skips its kernel. dq_out (q's shape,
-    any float dtype): the finished dq is written there instead of into dq. dq_path, when all
-    three are wanted: "recompute" (the dq kernel recomputes P and dP) or "ds" (the dk̃/dṽ
-    kernel stores dS, the dq kernel reads it back; "recompute" above ``CMP_DS_MAX_BYTES`` or
-    when the buffer cannot be allocated). alloc makes the dS buffer.
+    dkc/dvc [B,Tc,Hkv,·] are overwritten. A None buffer skips its kernel.
     """
-    if dq_path not in CMP_DQ_PATHS:
-        raise ValueError(f"unknown compressed dq_path {dq_path!r}; choose one of {CMP_DQ_PATHS}")
     b, t, hq, dk_dim = q.shape
     tc, hkv, dv_dim = kc.shape[1], kc.shape[2], vc.shape[3]
     g = hq // hkv
@@ -536,32 +409,28 @@ def compressed_bwd_triton(
         "DOT_F32": dot_f32(q.dtype),
         "KC_SPLIT": kc_split and not dot_f32(q.dtype),
     }
-    ds, ds_off, ds_bg = None, None, 0
-    if dq is not None and dkc is not None and dvc is not None and dq_path == "ds":
-        ds_dtype = torch.float32 if common["DOT_F32"] else q.dtype
-        ds_off, ds_bg = ds_layout(t, tc, g, cfg, q.device)
-        if b * hkv * ds_bg * ds_dtype.itemsize <= CMP_DS_MAX_BYTES:
-            try:
-                ds = alloc((b * hkv, ds_bg), dtype=ds_dtype, device=q.device)  # type: ignore[operator]
-            except torch.cuda.OutOfMemoryError:  # under the cap, yet not free now
-                ds = None
+    if dq is not None:
 
-    def dq_kernel() -> None:
         def grid_q(meta: dict[str, int]) -> tuple[int, int]:
             return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
 
-        kernel = (
-            nsa_compressed_bwd_dq_kernel if ds is None else nsa_compressed_bwd_dq_from_ds_kernel
+        nsa_compressed_bwd_dq_kernel[grid_q](
+            q,
+            kl,
+            kq,
+            vq,
+            dout,
+            lse,
+            dd,
+            gates,
+            dq,
+            t,
+            tc,
+            scale * LOG2E,
+            scale,
+            ACC=dq_acc,
+            **common,
         )
-        kernel[grid_q](
-            q, kl, kq, vq, dout, lse, dd, gates, dq,
-            dq if dq_out is None else dq_out, dq if ds is None else ds,
-            q if ds_off is None else ds_off, ds_bg, t, tc, scale * LOG2E, scale,
-            ACC=dq_acc, FROM_DS=ds is not None, OUT_CAST=dq_out is not None, **common,
-        )  # fmt: skip
-
-    if dq is not None and ds is None:
-        dq_kernel()
     if dkc is not None and dvc is not None:
         seg = max(1, SEG_ROWS // g)  # query positions per segment
         nseg = triton.cdiv(t, seg)
@@ -584,19 +453,13 @@ def compressed_bwd_triton(
             gates,
             part_k,
             part_v,
-            part_k if ds is None else ds,
-            q if ds_off is None else ds_off,
-            ds_bg,
             t,
             tc,
             seg,
             scale * LOG2E,
             scale,
-            STORE_DS=ds is not None,
             **common,
         )
         if nseg > 1:
             torch.sum(part_k, dim=0, out=dkc)
             torch.sum(part_v, dim=0, out=dvc)
-    if ds is not None:
-        dq_kernel()

@@ -338,31 +338,6 @@ def test_gpu_backward_selection_dq_variants(
     _check_grads(got, want, dtype)
 
 
-@pytest.mark.parametrize("compressed_dq", ["recompute", "ds"])
-@pytest.mark.parametrize(
-    ("t", "hq", "hkv", "d", "dtype", "cfg"),
-    [(4096, 64, 4, 128, torch.bfloat16, PAPER), (1777, 4, 2, 64, torch.float32, None)],
-)
-def test_gpu_backward_compressed_dq_variants(
-    monkeypatch: pytest.MonkeyPatch,
-    t: int,
-    hq: int,
-    hkv: int,
-    d: int,
-    dtype: torch.dtype,
-    cfg: NSAConfig | None,
-    compressed_dq: str,
-) -> None:
-    """Both ways to the compressed branch's dq, whichever is the default: recomputed by the dq
-    kernel, or read back from the dS the dk̃/dṽ kernel stored; the reference's gradients at
-    the paper shape (G = 16) and in fp32 with G = 2."""
-    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed_dq", compressed_dq)
-    cfg = cfg or NSAConfig(window=256, sel_count=8)
-    x = _inputs_gpu(1, t, hq, hkv, d, dtype, cfg, seed=t + 1)
-    got, want = _grads(x, cfg, ("q", "k", "v", "gates"))
-    _check_grads(got, want, dtype)
-
-
 def test_gpu_backward_given_compression_batch2() -> None:
     cfg = NSAConfig(
         cmp_block=16, cmp_stride=8, sel_block=32, sel_count=5, window=40, compress="given"

@@ -49,18 +49,15 @@ def poison(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
 
 
-# The Triton backward's ways to the selection's dq (added by the dk/dv kernel, by its own
-# kernel, or read back from the dS the dk/dv kernel stored) and to the compressed branch's
-# (recomputed by the dq kernel, or read back from the dS the dk̃/dṽ kernel stored), paired so
-# that each stays covered whichever is the default: (selection_dq, compressed_dq).
-DQ_PATHS = [("fused", "recompute"), ("separate", "ds"), ("ds", "recompute"), ("ds", "ds")]
-CMP_PATHS = compressed_bwd_mod.CMP_DQ_PATHS
+# The Triton backward's ways to the selection's dq: added by the dk/dv kernel (the default),
+# by its own kernel, or read back from the dS the dk/dv kernel stored. Each stays covered
+# whichever is the default.
+SELECTION_DQ = ["fused", "separate", "ds"]
 
 
-def _spy_dq_kernel(monkeypatch: pytest.MonkeyPatch, branch: str = "selection") -> list[bool]:
-    """The dq kernel's launches from now on of the selection or compressed backward (either
-    tuner: recomputing, or reading a stored dS back), each as its FROM_DS flag."""
-    mod = selection_bwd_mod if branch == "selection" else compressed_bwd_mod
+def _spy_dq_kernel(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The selection dq kernel's launches from now on (either tuner: recomputing, or reading a
+    stored dS back), each as its FROM_DS flag."""
     launched: list[bool] = []
 
     class Spy:
@@ -74,17 +71,15 @@ def _spy_dq_kernel(monkeypatch: pytest.MonkeyPatch, branch: str = "selection") -
 
             return launch
 
-    for name in (f"nsa_{branch}_bwd_dq_kernel", f"nsa_{branch}_bwd_dq_from_ds_kernel"):
-        monkeypatch.setattr(mod, name, Spy(getattr(mod, name)))
+    for name in ("nsa_selection_bwd_dq_kernel", "nsa_selection_bwd_dq_from_ds_kernel"):
+        monkeypatch.setattr(selection_bwd_mod, name, Spy(getattr(selection_bwd_mod, name)))
     return launched
 
 
-def _use_dq_paths(monkeypatch: pytest.MonkeyPatch, paths: tuple[str, str]) -> None:
-    names = ("selection_dq", "compressed_dq")
-    if paths != tuple(nsa_attention_mod.DEFAULT_VARIANTS[n] for n in names) and not interpreting():
-        pytest.skip("the PyTorch path has no dq variants (run once, at the defaults)")
-    for name, path in zip(names, paths, strict=True):
-        monkeypatch.setitem(nsa_attention_mod.VARIANTS, name, path)
+def _use_selection_dq(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    if name != nsa_attention_mod.DEFAULT_VARIANTS["selection_dq"] and not interpreting():
+        pytest.skip("the PyTorch path has no selection dq variants (run once, at the default)")
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection_dq", name)
 
 
 def _inputs(
@@ -176,13 +171,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dq_paths", DQ_PATHS)
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_gradients_match_naive(
-    case: int, dq_paths: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    case: int, selection_dq: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
-    _use_dq_paths(monkeypatch, dq_paths)
+    _use_selection_dq(monkeypatch, selection_dq)
     x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq)
     wanted = tuple(n for n in NAMES if n in x)
     got, want, _ = _run(x, cfg, wanted)
@@ -212,16 +207,16 @@ def test_only_requested_gradients_are_computed() -> None:
     torch.testing.assert_close(out2, out.detach(), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("dq_paths", DQ_PATHS)
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
 def test_given_indices_with_holes_and_expanded_dout(
-    dq_paths: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+    selection_dq: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Given block_indices (−1 holes, shuffled slots) are the ones the backward uses; the
     selection dk/dv kernel splits every block's queries over several chunks (atomics), the
     compressed dk̃/dṽ kernel its queries over several segments (partial sums), the
     upstream gradient is the stride-0 one of .sum(), and q and gates are strided views.
     With stored dS, a hole's slot is never written (NaN-poisoned) and must not be read."""
-    _use_dq_paths(monkeypatch, dq_paths)
+    _use_selection_dq(monkeypatch, selection_dq)
     monkeypatch.setattr(selection_bwd_mod, "CHUNK_ROWS", 8)
     monkeypatch.setattr(compressed_bwd_mod, "SEG_ROWS", 64)
     b, t, hkv = 1, 70, 2
@@ -243,14 +238,12 @@ def test_given_indices_with_holes_and_expanded_dout(
     _check(got, want, torch.float32)
 
 
-@pytest.mark.parametrize("dq_paths", DQ_PATHS)
-def test_one_hot_gates_and_bf16_gates(
-    dq_paths: tuple[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("selection_dq", SELECTION_DQ)
+def test_one_hot_gates_and_bf16_gates(selection_dq: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A branch whose gate is 0 contributes no gradient; gates' gradient keeps their dtype.
     G = 16 (the paper's group): the selection dq kernel walks one position per program, the
     fused dk/dv kernel's row tiles hold whole positions."""
-    _use_dq_paths(monkeypatch, dq_paths)
+    _use_selection_dq(monkeypatch, selection_dq)
     q, k, v, gates = make_inputs(1, 64, 16, 1, 16, torch.bfloat16, seed=3, gates="slc")
     x = {"q": q, "k": k, "v": v, "gates": gates.to(torch.bfloat16)}
     got, want, _ = _run(x, CFG, ("q", "k", "v", "gates"))
@@ -384,92 +377,6 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     torch.testing.assert_close(got[0], want[0], atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="dq_path"):
         run("fuse")
-
-
-@pytest.mark.parametrize("cfg", [NSAConfig(), CFG, FINE, ODD_RATIO])
-@pytest.mark.parametrize("t", [1, 15, 16, 31, 32, 33, 47, 100, 1001])
-def test_compressed_ds_layout(t: int, cfg: NSAConfig) -> None:
-    """The stored-dS rows: position t's G rows hold the nv(t) blocks it sees, each padded to a
-    multiple of 8; the host's closed-form size equals the device offsets' last entry."""
-    g, tc = 3, num_cmp_blocks(t, cfg)
-    offsets, per_bg = compressed_bwd_mod.ds_layout(t, tc, g, cfg, torch.device("cpu"))
-    want = [0]
-    for pos in range(t):
-        nv = sum(1 for i in range(tc) if i * cfg.cmp_stride + cfg.cmp_block - 1 <= pos)
-        want.append(want[-1] + g * -(-nv // 8) * 8)
-    assert offsets.tolist() == want
-    assert per_bg == want[-1]
-
-
-@pytest.mark.skipif(not interpreting(), reason="the dq paths exist only in the Triton kernels")
-def test_compressed_dq_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compressed dq read back from the dS the dk̃/dṽ kernel stored (its query segments
-    split, every unwritten element NaN) equals the recomputing kernel's, added into dq or
-    overwriting it, with the same dk̃, dṽ; dq_out gets the finished dq in its own dtype and
-    leaves dq alone. Over ``CMP_DS_MAX_BYTES`` or out of memory "ds" recomputes; an unknown
-    path is an error."""
-    from kernels.nsa._bwd_common import bwd_preprocess
-    from kernels.nsa.backward import _forward_parts
-    from kernels.nsa.validate import check_nsa_args
-
-    monkeypatch.setattr(compressed_bwd_mod, "SEG_ROWS", 64)
-    q, k, v, gates = make_inputs(1, 203, 4, 2, 16, torch.float32, seed=11)
-    dims = check_nsa_args(q, k, v, gates, FINE, None, None, None)
-    parts = _forward_parts(q, k, v, gates, None, None, None, FINE, dims)
-    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
-    dd = bwd_preprocess(dout, *parts["o"])
-    args = (q, parts["kc32"], parts["vc"], dout, parts["lse"][0], dd, gates, FINE, dims.scale)
-    launched = _spy_dq_kernel(monkeypatch, "compressed")
-    prior = torch.randn(q.shape, generator=torch.Generator().manual_seed(13))
-    poisoned = functools.partial(torch.full, fill_value=float("nan"))
-
-    def run(
-        path: str,
-        acc: bool,
-        out_dtype: torch.dtype | None = None,
-        alloc: Callable[..., torch.Tensor] = poisoned,
-    ) -> tuple[torch.Tensor, ...]:
-        launched.clear()
-        dq = prior.clone() if acc else torch.full(q.shape, float("nan"))
-        dkc = torch.full(parts["kc32"].shape, float("nan"))
-        dvc = torch.full(parts["vc"].shape, float("nan"))
-        out = None if out_dtype is None else torch.full(q.shape, float("nan"), dtype=out_dtype)
-        compressed_bwd_mod.compressed_bwd_triton(
-            *args, parts["split"], dq=dq, dkc=dkc, dvc=dvc, dq_acc=acc, dq_path=path,
-            dq_out=out, alloc=alloc,
-        )  # fmt: skip
-        if out is not None:
-            assert torch.equal(dq, prior) if acc else bool(dq.isnan().all()), "dq changed"
-            return out, dkc, dvc
-        return dq, dkc, dvc
-
-    for acc in (False, True):
-        want = run("recompute", acc)
-        assert launched == [False], "recompute: the dq kernel recomputing P and dP"
-        got = run("ds", acc)
-        assert launched == [True], f"ds: dq kernel launches {launched}"
-        for a, b in zip(want, got, strict=True):
-            assert not b.isnan().any()
-            torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
-        for path in CMP_PATHS:
-            dq16 = run(path, acc, out_dtype=torch.float16)[0]
-            assert torch.equal(dq16, run(path, acc)[0].half()), path
-
-    def out_of_memory(shape: tuple[int, ...], **kw: object) -> torch.Tensor:
-        if len(shape) == 2:  # the dS buffer [B·Hkv, ·]; the segments' partial sums are 5-D
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 17.00 GiB")
-        return poisoned(shape, **kw)
-
-    want = run("recompute", False)
-    got = run("ds", False, alloc=out_of_memory)
-    assert launched == [False], "with no memory for the buffer, ds recomputes"
-    for a, b in zip(want, got, strict=True):
-        assert torch.equal(a, b)
-    monkeypatch.setattr(compressed_bwd_mod, "CMP_DS_MAX_BYTES", 0)  # the buffer would not fit
-    run("ds", False)
-    assert launched == [False], "over the cap, ds recomputes"
-    with pytest.raises(ValueError, match="dq_path"):
-        run("reuse", False)
 
 
 def test_double_backward() -> None:
