@@ -194,15 +194,18 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, idx, *sel_grads, cfg, dims.scale, dq=dq, dk=dk, dv=dv,
         dq_path=fwd.variant("selection_dq"), alloc=alloc,
     )  # fmt: skip
-    dkc = dvc = None
+    dkc = dvc = dq_final = None
     if dims.tc > 0 and (need_q or need_cmp_kv):
         if need_cmp_kv:
             dkc = alloc(kc32.shape, dtype=f32, device=dev)
             dvc = alloc(vc.shape, dtype=f32, device=dev)
         cmp_grads = (dout, lse_cmp, dd, gates)
+        # the last branch to add into dq writes it in q's dtype: no conversion pass after
+        if dq is not None and q.dtype != f32:
+            dq_final = alloc(q.shape, dtype=q.dtype, device=dev)
         compressed_bwd_triton(
             q, kc32, vc, *cmp_grads, cfg, dims.scale, ctx.split, dq=dq, dkc=dkc, dvc=dvc,
-            alloc=alloc,
+            dq_out=dq_final, alloc=alloc,
         )  # fmt: skip
     if mean and dk is not None and dv is not None and dkc is not None and dvc is not None:
         unpool_mean_add_(dk, dkc, cfg)
@@ -215,8 +218,10 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
             g_kc, g_vc = kc32.to(kd), vc.to(vd)
         else:
             g_kc, g_vc = dkc.to(kd), dvc.to(vd)
+    if dq_final is None and dq is not None:
+        dq_final = dq.to(q.dtype)
     return (
-        dq.to(q.dtype) if dq is not None else None,
+        dq_final,
         dk.to(k.dtype) if dk is not None and need_k else None,
         dv.to(v.dtype) if dv is not None and need_v else None,
         dd.to(gates.dtype) if need_g else None,

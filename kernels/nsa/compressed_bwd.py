@@ -129,7 +129,7 @@ def _dq_tile(
 # restore_value: tuning runs the kernel repeatedly, and each run adds into DQ again
 @triton.autotune(
     configs=_configs(),
-    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC"],
+    key=["T", "G", "BLOCK_DK", "BLOCK_DV", "KC_SPLIT", "ACC", "OUT_CAST"],
     restore_value=["DQ"],
 )
 @triton.jit
@@ -143,6 +143,7 @@ def nsa_compressed_bwd_dq_kernel(
     DD,  # [B, T, Hq, 3] fp32
     GATES,  # [B, T, Hq, 3]
     DQ,  # [B, T, Hq, Dk] fp32 (ACC: add into it)
+    DQO,  # OUT_CAST: [B, T, Hq, Dk] in any float dtype, written instead of DQ (the final dq)
     T,
     TC,
     qk_scale,
@@ -160,6 +161,7 @@ def nsa_compressed_bwd_dq_kernel(
     KC_SPLIT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    OUT_CAST: tl.constexpr = False,
 ):
     BLOCK_T: tl.constexpr = BLOCK_M // G
     HQ: tl.constexpr = HKV * G
@@ -204,7 +206,12 @@ def nsa_compressed_bwd_dq_kernel(
     dq_ptr = DQ + ridx[:, None] * DK + offs_dk[None, :]
     if ACC:
         dq += tl.load(dq_ptr, mask=qmask, other=0.0)
-    tl.store(dq_ptr, dq, mask=qmask)
+    if OUT_CAST:  # the last branch to add: the finished gradient, with no conversion pass
+        tl.store(
+            DQO + ridx[:, None] * DK + offs_dk[None, :], dq.to(DQO.dtype.element_ty), mask=qmask
+        )
+    else:
+        tl.store(dq_ptr, dq, mask=qmask)
 
 
 @triton.jit
@@ -385,13 +392,15 @@ def compressed_bwd_triton(
     dkc: torch.Tensor | None,
     dvc: torch.Tensor | None,
     dq_acc: bool = True,
+    dq_out: torch.Tensor | None = None,
     alloc: object = torch.empty,
 ) -> None:
     """Compressed-branch gradients into fp32 buffers (all tensors contiguous, Tc ≥ 1).
 
     kc: fp32 k̃ [B,Tc,Hkv,Dk]; kc_split: the forward used fp16 hi + lo parts of it (see
     ``attention._compressed_dtype``). dq [B,T,Hq,Dk] is added to (dq_acc) or overwritten;
-    dkc/dvc [B,Tc,Hkv,·] are overwritten. A None buffer skips its kernel.
+    dkc/dvc [B,Tc,Hkv,·] are overwritten. A None buffer skips its kernel. dq_out (q's shape,
+    any float dtype): the finished dq is written there instead, and dq is left as it was.
     """
     b, t, hq, dk_dim = q.shape
     tc, hkv, dv_dim = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -424,11 +433,13 @@ def compressed_bwd_triton(
             dd,
             gates,
             dq,
+            dq if dq_out is None else dq_out,
             t,
             tc,
             scale * LOG2E,
             scale,
             ACC=dq_acc,
+            OUT_CAST=dq_out is not None,
             **common,
         )
     if dkc is not None and dvc is not None:

@@ -379,6 +379,33 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
         run("fuse")
 
 
+@pytest.mark.skipif(not interpreting(), reason="dq_out exists only in the Triton kernels")
+@pytest.mark.parametrize("acc", [False, True])
+def test_compressed_dq_out(acc: bool) -> None:
+    """dq_out: the compressed dq kernel, the backward's last to add into dq, writes the
+    finished dq in dq_out's dtype (what dq.to(dtype) would give) and leaves dq alone."""
+    from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.backward import _forward_parts
+    from kernels.nsa.compressed_bwd import compressed_bwd_triton
+    from kernels.nsa.validate import check_nsa_args
+
+    q, k, v, gates = make_inputs(1, 203, 4, 2, 16, torch.float32, seed=11)
+    dims = check_nsa_args(q, k, v, gates, FINE, None, None, None)
+    parts = _forward_parts(q, k, v, gates, None, None, None, FINE, dims)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
+    dd = bwd_preprocess(dout, *parts["o"])
+    args = (q, parts["kc32"], parts["vc"], dout, parts["lse"][0], dd, gates, FINE, dims.scale)
+    prior = torch.randn(q.shape, generator=torch.Generator().manual_seed(13))
+    dq = prior.clone() if acc else torch.full(q.shape, float("nan"))
+    compressed_bwd_triton(*args, parts["split"], dq=dq, dkc=None, dvc=None, dq_acc=acc)
+    want = dq.half()
+    dq = prior.clone() if acc else torch.full(q.shape, float("nan"))
+    out = torch.full(q.shape, float("nan"), dtype=torch.float16)
+    compressed_bwd_triton(*args, parts["split"], dq=dq, dkc=None, dvc=None, dq_acc=acc, dq_out=out)
+    assert torch.equal(out, want)
+    assert torch.equal(dq, prior) if acc else bool(dq.isnan().all()), "dq was written"
+
+
 def test_double_backward() -> None:
     """Second-order gradients: autograd through the PyTorch path gives them; the Triton
     backward is first-order only and says so instead of dropping the second-order terms."""
