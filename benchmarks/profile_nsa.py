@@ -7,7 +7,8 @@ tensors; this runs the real call (``torch.autograd.grad`` of ``nsa_attention``, 
 variant) under ``torch.profiler`` and sums each kernel's device time per step, so the
 breakdown adds up to what the step costs, small torch kernels (sorts, copies, the pooling's
 backward) and the dS buffer's use included. The step's CUDA-event median is printed beside
-the sum: their gap is launch overhead and idle device time.
+the sum: their gap is launch overhead and idle device time, which the second table locates
+(idle time between kernels, and the largest gaps with the kernels on either side).
 
 ``--device cpu`` with TRITON_INTERPRET=1 and a tiny shape (``--seqs 128 --hq 4 --hkv 1
 --dim 16``) smoke-tests it without a GPU: the table then lists the CPU's operators instead.
@@ -35,8 +36,14 @@ from kernels.nsa.attention import variant  # noqa: E402
 NAME_WIDTH = 72
 
 
-def kernel_times(step: Callable[[], object], steps: int, cuda: bool) -> dict[str, list[float]]:
-    """name → [calls, device ms] summed over ``steps`` profiled calls of ``step``."""
+Span = tuple[float, float, str]  # (start µs, end µs, kernel name)
+
+
+def kernel_times(
+    step: Callable[[], object], steps: int, cuda: bool, spans: list[Span] | None = None
+) -> dict[str, list[float]]:
+    """name → [calls, device ms] summed over ``steps`` profiled calls of ``step``; each
+    counted event's (start, end, name) is appended to ``spans`` when given."""
     acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
         for _ in range(steps):
@@ -52,7 +59,31 @@ def kernel_times(step: Callable[[], object], steps: int, cuda: bool) -> dict[str
         us = ev.device_time_total if cuda else ev.cpu_time_total
         out[ev.name][0] += 1
         out[ev.name][1] += us / 1e3
+        if spans is not None:
+            spans.append((ev.time_range.start, ev.time_range.end, ev.name))
     return out
+
+
+def idle_gaps(spans: list[Span], top: int = 5) -> tuple[float, list[tuple[float, str, str]]]:
+    """Device time with no kernel running, between the first kernel and the last: (total ms,
+    the ``top`` largest gaps as (ms, the kernel that ended last before it, the next one)).
+    Overlapping kernels (other streams) count as busy until the latest of their ends."""
+    total = 0.0
+    gaps: list[tuple[float, str, str]] = []
+    frontier, last = None, ""
+    for start, end, name in sorted(spans):
+        if frontier is not None and start > frontier:
+            ms = (start - frontier) / 1e3
+            total += ms
+            gaps.append((ms, last, name))
+        if frontier is None or end >= frontier:
+            frontier, last = end, name
+    return total, sorted(gaps, key=lambda g: -g[0])[:top]
+
+
+def _short(name: str) -> str:
+    short = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+    return short.replace("|", "/")  # a Markdown cell
 
 
 def table(t: int, times: dict[str, list[float]], steps: int, step_ms: float) -> None:
@@ -61,10 +92,19 @@ def table(t: int, times: dict[str, list[float]], steps: int, step_ms: float) -> 
     print("| kernel | calls a step | ms a step | share |")
     print("|---|---|---|---|")
     for name, (calls, ms) in sorted(times.items(), key=lambda kv: -kv[1][1]):
-        short = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
-        short = short.replace("|", "/")  # a Markdown cell
         per = ms / steps
-        print(f"| {short} | {calls / steps:g} | {per:.3f} | {100 * per / total:.1f} % |")
+        print(f"| {_short(name)} | {calls / steps:g} | {per:.3f} | {100 * per / total:.1f} % |")
+
+
+def gap_table(spans: list[Span], steps: int) -> None:
+    """Where the device waits: idle time between kernels a step, and the largest gaps (the
+    ones between steps included: a step's start waits for the host)."""
+    total, largest = idle_gaps(spans)
+    print(f"\nidle between kernels: {total / steps:.3f} ms a step; the largest gaps:")
+    print("| gap ms | after | before |")
+    print("|---|---|---|")
+    for ms, after, before in largest:
+        print(f"| {ms:.3f} | {_short(after)} | {_short(before)} |")
 
 
 def main() -> None:
@@ -109,7 +149,9 @@ def one(t: int, args: argparse.Namespace, cfg: NSAConfig, cuda: bool) -> None:
 
     step()  # compile and warm up outside the profile
     step_ms = median_ms(step, cuda)
-    table(t, kernel_times(step, args.steps, cuda), args.steps, step_ms)
+    spans: list[Span] = []
+    table(t, kernel_times(step, args.steps, cuda, spans), args.steps, step_ms)
+    gap_table(spans, args.steps)
 
 
 if __name__ == "__main__":
