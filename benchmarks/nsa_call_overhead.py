@@ -1,14 +1,16 @@
-"""What NSA forward's fp16 range check costs a call as the grader times it (issue 18/19).
+"""What NSA forward's value checks cost a call as the grader times it (issues 18, 19).
 
-``nsa_attention`` on bf16 inputs reads max |q|, |k|, |v| on the host before it picks k̃'s
-storage (``attention._compressed_dtype``): one wait on the GPU a call. The grader times short
-calls (the exercise's benchmark shape, T = 8k), one at a time between CUDA events with a sync
-after each, so the launches after that wait are inside the measured time. This script times
-the same call three ways, round-robin (one call of each per round, so drift hits all alike):
+``nsa_attention`` on bf16 inputs reads, on the host, whether every gate lies in [0, 1] and
+max |q|, |k|, |v| (k̃'s storage depends on it): ``validate.check_values``, one wait on the
+GPU a call since it does both. The grader times short calls (the exercise's benchmark shape,
+T = 8k), one at a time between CUDA events with a sync after each, so the launches after a
+wait are inside the measured time. This script times the same call three ways, round-robin
+(one call of each per round, so drift hits all alike):
 
-- ``aminmax``: the check as it was (5 aminmax, 5 maximum, a stack, a max, one wait);
-- ``foreach``: the current check (one fused max-|x| launch, a stack, a max, one wait);
-- ``none``: no check at all (fp16 taken on trust): the bound on what removing it could give.
+- ``two``: the checks as they were before they shared a sync (the gates' comparison, then
+  the fused max-|x| read: two waits);
+- ``one``: the current ``check_values`` (one wait);
+- ``none``: no check at all (gates and fp16 taken on trust): the bound on removing the wait.
 
     python benchmarks/nsa_call_overhead.py                  # the exercise's shape, 300 rounds
     python benchmarks/nsa_call_overhead.py --seq 65536 --hq 64 --hkv 4 --rounds 30
@@ -27,21 +29,28 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import kernels.nsa.attention as attention  # noqa: E402
+import kernels.nsa.validate as validate  # noqa: E402
 from benchmarks._common import commit  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
-
-def _aminmax_check(*xs: torch.Tensor | None) -> torch.dtype:
-    ends = [torch.aminmax(x) for x in xs if x is not None and x.numel() > 0]
-    peak = float(torch.stack([torch.maximum(-lo, hi).float() for lo, hi in ends]).max())
-    return torch.float16 if peak < 30000.0 else torch.bfloat16
+Check = Callable[[torch.Tensor, tuple[torch.Tensor | None, ...] | None], float | None]
 
 
-CHECKS: dict[str, Callable[..., torch.dtype]] = {
-    "aminmax": _aminmax_check,
-    "foreach": attention._compressed_dtype,
-    "none": lambda *xs: torch.float16,
+def _two_syncs(
+    gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None
+) -> float | None:
+    if not bool(((gates >= 0) & (gates <= 1)).all()):
+        raise ValueError("gates must lie in [0, 1]")
+    if peak_of is None:
+        return None
+    live = [x for x in peak_of if x is not None and x.numel() > 0]
+    return float(torch.stack(torch._foreach_norm(live, float("inf"))).max())
+
+
+CHECKS: dict[str, Check] = {
+    "two": _two_syncs,
+    "one": validate.check_values,
+    "none": lambda gates, peak_of: None if peak_of is None else 0.0,
 }
 
 
@@ -67,18 +76,18 @@ def main() -> None:
     cfg = NSAConfig()
     outs = {}
     for name, check in CHECKS.items():  # warm-up: compile and autotune once, same output
-        attention._compressed_dtype = check
+        validate.check_values = check
         for _ in range(3):
             outs[name] = nsa_attention(q, k, v, gates, cfg)
     torch.cuda.synchronize()
-    assert all(torch.equal(outs["foreach"], o) for o in outs.values()), "the checks disagree"
+    assert all(torch.equal(outs["one"], o) for o in outs.values()), "the checks disagree"
 
     ev = {n: [] for n in CHECKS}
     wall = {n: [] for n in CHECKS}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(args.rounds):
         for name, check in CHECKS.items():
-            attention._compressed_dtype = check
+            validate.check_values = check
             w0 = time.perf_counter()
             start.record()
             nsa_attention(q, k, v, gates, cfg)
@@ -86,7 +95,7 @@ def main() -> None:
             end.synchronize()
             wall[name].append(1e3 * (time.perf_counter() - w0))
             ev[name].append(start.elapsed_time(end))
-    attention._compressed_dtype = CHECKS["foreach"]
+    validate.check_values = CHECKS["one"]
 
     print(
         f"# nsa_call_overhead.py, commit {commit()}, {torch.cuda.get_device_name()}, "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +108,33 @@ def gap_table(spans: list[Span], steps: int) -> None:
         print(f"| {ms:.3f} | {_short(after)} | {_short(before)} |")
 
 
+def host_syncs(step: Callable[[], object]) -> list[str]:
+    """The host syncs one call of ``step`` makes, as "file:line: message" in call order
+    (``torch.cuda.set_sync_debug_mode``: .item(), nonzero, blocking copies, ...)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [
+        f"{Path(w.filename).name}:{w.lineno}: {str(w.message).splitlines()[0]}"
+        for w in caught
+        if "synchroniz" in str(w.message)
+    ]
+
+
+ALLOC_STATS = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+
+
+def allocator_counts() -> dict[str, int]:
+    """The caching allocator's counters that stall the device: retries (cudaFree of the cache
+    and a second try) and the raw cudaMalloc / cudaFree calls (cudaFree synchronizes)."""
+    stats = torch.cuda.memory_stats()
+    return {k: int(stats.get(k, 0)) for k in ALLOC_STATS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seqs", type=int, nargs="+", default=[65536])
@@ -148,7 +176,17 @@ def one(t: int, args: argparse.Namespace, cfg: NSAConfig, cuda: bool) -> None:
         return torch.autograd.grad(nsa_attention(*leaves, cfg), leaves, dout)
 
     step()  # compile and warm up outside the profile
+    before = allocator_counts() if cuda else {}
     step_ms = median_ms(step, cuda)
+    if cuda:
+        after = allocator_counts()
+        moved = ", ".join(f"{k} +{after[k] - before[k]}" for k in ALLOC_STATS)
+        peak = torch.cuda.max_memory_reserved() / 2**30
+        print(f"\nallocator over the timed steps: {moved}; peak reserved {peak:.1f} GiB")
+        syncs = host_syncs(step)
+        print(f"host syncs in one step: {len(syncs)}")
+        for line in syncs:
+            print(f"- {line}")
     spans: list[Span] = []
     table(t, kernel_times(step, args.steps, cuda, spans), args.steps, step_ms)
     gap_table(spans, args.steps)

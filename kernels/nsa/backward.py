@@ -73,7 +73,7 @@ def _forward_parts(
     additionally returns k̃ in fp32 (the backward recomputes the QK̃ logits from it, in the
     forward's precision) and o_win.
     """
-    kc_dtype = fwd._compressed_dtype(q, k, v, k_cmp, v_cmp)
+    kc_dtype = fwd._compressed_dtype(q, dims.peak_abs)
     split = kc_dtype == torch.float16  # k̃ passed as fp16 hi + lo (attention._compressed_dtype)
     if cfg.compress == "mean":
         kc32 = compress_mean_fast(k, cfg, torch.float32)  # [B, Tc, Hkv, Dk]

@@ -24,6 +24,9 @@ class NSADims:
     tc: int
     ts: int
     scale: float
+    # max |x| over q, k, v (and a given k̃, ṽ) when the caller asked for it (peak_abs=True):
+    # attention._compressed_dtype picks k̃'s storage from it; NaN if any input is NaN
+    peak_abs: float | None = None
 
 
 def check_nsa_args(
@@ -35,7 +38,11 @@ def check_nsa_args(
     k_cmp: torch.Tensor | None,
     v_cmp: torch.Tensor | None,
     block_indices: torch.Tensor | None,
+    *,
+    peak_abs: bool = False,
 ) -> NSADims:
+    """Every check of the arguments; the value checks (gates in [0, 1], and max |x| when
+    ``peak_abs``) share one host sync, the call's only one without ``block_indices``."""
     if not isinstance(config, NSAConfig):
         raise ValueError(f"config must be an NSAConfig, got {type(config).__name__}")
     b, t, _, hq, hkv, dk, dv = check_bthd(q, k, v, same_len=True, same_head_dim=False)
@@ -57,9 +64,6 @@ def check_nsa_args(
         raise ValueError(f"gates must be a floating tensor, got {gates.dtype}")
     if gates.device != q.device:
         raise ValueError(f"gates must be on q's device {q.device}, got {gates.device}")
-    # One host sync; NaN fails both comparisons so it is caught here too.
-    if not bool(((gates >= 0) & (gates <= 1)).all()):
-        raise ValueError("gates must lie in [0, 1] (apply sigmoid first) and contain no NaN")
 
     tc = num_cmp_blocks(t, config)
     ts = num_sel_blocks(t, config)
@@ -87,7 +91,29 @@ def check_nsa_args(
 
     if block_indices is not None:
         check_block_indices(block_indices, b, t, hkv, ts, config, q.device)
-    return NSADims(b, t, hq, hkv, group, dk, dv, tc, ts, scale)
+    peak = check_values(gates, (q, k, v, k_cmp, v_cmp) if peak_abs else None)
+    return NSADims(b, t, hq, hkv, group, dk, dv, tc, ts, scale, peak)
+
+
+def check_values(
+    gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None
+) -> float | None:
+    """Raises unless every gate lies in [0, 1]; returns max |x| over ``peak_of`` (None when
+    not asked). One host sync for both: each sync at a call's start idles the device while
+    the host launches what follows, a visible share of short calls."""
+    stats: list[torch.Tensor] = []
+    if gates.numel() > 0:
+        stats.extend(t.float() for t in torch.aminmax(gates))  # NaN propagates into both
+    live = [x for x in peak_of or () if x is not None and x.numel() > 0]
+    if live:  # one fused launch for all of them, no |x| temporary (q alone is 1 GiB at 64k)
+        stats.append(torch.stack(torch._foreach_norm(live, float("inf"))).max().float())
+    vals = torch.stack(stats).tolist() if stats else []
+    # NaN fails both comparisons, so it is caught here too
+    if gates.numel() > 0 and not (vals[0] >= 0 and vals[1] <= 1):
+        raise ValueError("gates must lie in [0, 1] (apply sigmoid first) and contain no NaN")
+    if peak_of is None:
+        return None
+    return vals[-1] if live else 0.0
 
 
 def check_block_indices(

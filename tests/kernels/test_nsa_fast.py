@@ -174,20 +174,29 @@ def test_gradients_flow_and_no_grad_inference_is_unchanged() -> None:
 
 
 def test_peak_abs_over_mixed_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fp16 range check reads max |x| over q, k, v (and a given k̃, ṽ) in one launch."""
+    """The fp16 range check reads max |x| over q, k, v (and a given k̃, ṽ) in one launch,
+    in the same host sync as the gates' range check."""
     import kernels.nsa.attention as attention
-    from kernels.nsa.attention import _compressed_dtype, _peak_abs
+    from kernels.nsa.attention import _compressed_dtype
+    from kernels.nsa.validate import check_values
 
     monkeypatch.setattr(attention, "interpreting", lambda: False)  # as on the GPU
 
     q = torch.randn(2, 8, 3, 4).bfloat16()
     k = torch.randn(2, 8, 1, 4).bfloat16()
     kc = torch.randn(2, 3, 1, 4)  # fp32, as a given compression may be
+    gates = torch.rand(2, 8, 3, 3).bfloat16()
     k[1, 5, 0, 2] = -41000.0  # the peak is a negative value, past fp16's 30000 guard
-    assert _peak_abs((q, k, None, kc, q[:, :0])) == float(k.float().abs().max())
-    assert _peak_abs((q, None)) == float(q.float().abs().max())
-    assert _compressed_dtype(q, q, q) == torch.float16
-    assert _compressed_dtype(q, k, q) == torch.bfloat16  # 41000 does not fit fp16
+    assert check_values(gates, (q, k, None, kc, q[:, :0])) == float(k.float().abs().max())
+    assert check_values(gates, (q, None)) == float(q.float().abs().max())
+    assert check_values(gates, None) is None
+    assert check_values(gates, (q[:, :0],)) == 0.0  # nothing to read: fp16 is safe
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        check_values(gates - 1, (q,))  # the peak read does not skip the gates' check
+    assert _compressed_dtype(q, check_values(gates, (q, q, q))) == torch.float16
+    assert _compressed_dtype(q, check_values(gates, (q, k, q))) == torch.bfloat16  # 41000
     k[0, 0, 0, 0] = float("nan")
-    assert _peak_abs((q, k)) != _peak_abs((q, k))  # NaN propagates: bf16 storage, never fp16
-    assert _compressed_dtype(q, k, q) == torch.bfloat16
+    peak = check_values(gates, (q, k))
+    assert peak != peak  # NaN propagates: bf16 storage, never fp16
+    assert _compressed_dtype(q, peak) == torch.bfloat16
+    assert _compressed_dtype(q.half(), None) == torch.float16  # fp16 inputs need no read

@@ -197,6 +197,8 @@ def test_argument_errors(fn: object) -> None:
         call(q, k, v, gates[..., :2])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         call(q, k, v, gates * 3)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        call(q, k, v, gates - 1.5)
     with pytest.raises(ValueError, match="NaN"):
         call(q, k, v, gates.masked_fill(gates > 0.5, float("nan")))
     with pytest.raises(ValueError, match="dtype"):
