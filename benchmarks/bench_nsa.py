@@ -465,10 +465,10 @@ def print_best_configs(*kernels: tuple[str, str]) -> None:
 def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> None:
     """One table: fwd (no grad), fwd keeping the backward's tensors, fwd+bwd, per-branch bwd."""
     from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.attention import check_fast_args
     from kernels.nsa.backward import _forward_parts
     from kernels.nsa.compressed_bwd import compressed_bwd_triton
     from kernels.nsa.selection_bwd import selection_bwd_triton
-    from kernels.nsa.validate import check_nsa_args
     from kernels.nsa.window_bwd import window_bwd_triton
 
     cuda = device.startswith("cuda")
@@ -515,7 +515,7 @@ def run_backward(seqs: list[int], device: str, hq: int, hkv: int, dim: int) -> N
             rows.setdefault("bwd (fwd+bwd − fwd)", {})[t] = f"{tot - fwd_ms:.2f}"
 
         # per-branch backward kernels on the forward's saved tensors (results discarded)
-        dims = check_nsa_args(q, k, v, gates, cfg, None, None, None)
+        dims = check_fast_args(q, k, v, gates, cfg, None, None, None)
         parts = _forward_parts(q, k, v, gates, None, None, None, cfg, dims)
         o_cmp, o_slc, o_win = parts["o"]
         lse_cmp, lse_slc, lse_win = parts["lse"]

@@ -43,9 +43,8 @@ from kernels.nsa import selection as slc_mod  # noqa: E402
 from kernels.nsa import selection_bwd as slc_bwd  # noqa: E402
 from kernels.nsa import window_bwd as win_bwd  # noqa: E402
 from kernels.nsa._bwd_common import bwd_preprocess  # noqa: E402
-from kernels.nsa.attention import _split_fp16, branch_dtype  # noqa: E402
+from kernels.nsa.attention import _split_fp16, branch_dtype, check_fast_args  # noqa: E402
 from kernels.nsa.backward import _forward_parts  # noqa: E402
-from kernels.nsa.validate import check_nsa_args  # noqa: E402
 
 HQ, HKV, D = 64, 4, 128
 DEV = "cuda"  # --device cpu (with TRITON_INTERPRET=1, tiny shapes) smoke-tests the script
@@ -228,7 +227,7 @@ def setup(t: int) -> dict[str, Any]:
         use(DEFAULTS[k])
     cfg = NSAConfig()
     q, k, v, gates, dout = nsa_inputs(t, HQ, HKV, D, DEV, with_dout=True)
-    dims = check_nsa_args(q, k, v, gates, cfg, None, None, None)
+    dims = check_fast_args(q, k, v, gates, cfg, None, None, None)
     parts = _forward_parts(q, k, v, gates, None, None, None, cfg, dims)
     # k̃ as the forward stored it: fp16 hi + lo, or in ṽ's dtype (attention._compressed_dtype)
     split = parts["split"]

@@ -21,7 +21,7 @@ from kernels.nsa.torch_path import (
     selection_torch,
     window_torch,
 )
-from kernels.nsa.validate import check_nsa_args
+from kernels.nsa.validate import NSADims, check_nsa_args
 from kernels.nsa.window import window_triton
 
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
@@ -95,7 +95,7 @@ def _compressed_dtype(q: torch.Tensor, peak_abs: float | None) -> torch.dtype:
         return torch.float32
     if q.dtype != torch.bfloat16:
         return q.dtype
-    assert peak_abs is not None, "check_nsa_args(..., peak_abs=needs_peak_abs(q)) reads it"
+    assert peak_abs is not None, "get dims from check_fast_args: it reads max |x|"
     # NaN compares False: bf16 storage, never fp16
     return torch.float16 if peak_abs < 30000.0 else torch.bfloat16
 
@@ -103,6 +103,23 @@ def _compressed_dtype(q: torch.Tensor, peak_abs: float | None) -> torch.dtype:
 def needs_peak_abs(q: torch.Tensor) -> bool:
     """Whether ``_compressed_dtype`` needs max |x| (a host sync): bf16 on the GPU."""
     return isinstance(q, torch.Tensor) and q.is_cuda and q.dtype == torch.bfloat16
+
+
+def check_fast_args(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gates: torch.Tensor,
+    config: NSAConfig,
+    k_cmp: torch.Tensor | None,
+    v_cmp: torch.Tensor | None,
+    block_indices: torch.Tensor | None,
+) -> NSADims:
+    """``check_nsa_args`` as the fast path needs it: with max |x| wherever ``_compressed_dtype``
+    reads it. Anything that calls ``backward._forward_parts`` gets its dims here."""
+    return check_nsa_args(
+        q, k, v, gates, config, k_cmp, v_cmp, block_indices, peak_abs=needs_peak_abs(q)
+    )
 
 
 def branch_dtype(kc_dtype: torch.dtype) -> torch.dtype:
@@ -149,9 +166,7 @@ def nsa_attention(
     kernels through ``backward.NSAFunction`` (Triton backward; aux then carries no gradient);
     plain CPU tensors train through autograd of the chunked PyTorch path below.
     """
-    dims = check_nsa_args(
-        q, k, v, gates, config, k_cmp, v_cmp, block_indices, peak_abs=needs_peak_abs(q)
-    )
+    dims = check_fast_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
     cfg = config
     fast = use_triton(q)
     if fast and _wants_grad(q, k, v, gates, k_cmp, v_cmp):

@@ -333,11 +333,11 @@ def test_selection_dq_paths_overwrite_when_asked(monkeypatch: pytest.MonkeyPatch
     path above it or when the buffer's allocation runs out of memory; an unknown path is an
     error."""
     from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.attention import check_fast_args
     from kernels.nsa.backward import _forward_parts
-    from kernels.nsa.validate import check_nsa_args
 
     q, k, v, gates = make_inputs(1, 70, 4, 1, 16, torch.float32, seed=3)
-    dims = check_nsa_args(q, k, v, gates, CFG, None, None, None)
+    dims = check_fast_args(q, k, v, gates, CFG, None, None, None)
     parts = _forward_parts(q, k, v, gates, None, None, None, CFG, dims)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
     dd = bwd_preprocess(dout, *parts["o"])
@@ -385,12 +385,12 @@ def test_compressed_dq_out(acc: bool) -> None:
     """dq_out: the compressed dq kernel, the backward's last to add into dq, writes the
     finished dq in dq_out's dtype (what dq.to(dtype) would give) and leaves dq alone."""
     from kernels.nsa._bwd_common import bwd_preprocess
+    from kernels.nsa.attention import check_fast_args
     from kernels.nsa.backward import _forward_parts
     from kernels.nsa.compressed_bwd import compressed_bwd_triton
-    from kernels.nsa.validate import check_nsa_args
 
     q, k, v, gates = make_inputs(1, 203, 4, 2, 16, torch.float32, seed=11)
-    dims = check_nsa_args(q, k, v, gates, FINE, None, None, None)
+    dims = check_fast_args(q, k, v, gates, FINE, None, None, None)
     parts = _forward_parts(q, k, v, gates, None, None, None, FINE, dims)
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
     dd = bwd_preprocess(dout, *parts["o"])

@@ -1,0 +1,45 @@
+"""The NSA benchmark scripts run end to end on a GPU, at a small shape.
+
+They call the kernels' internals (``backward._forward_parts`` and the per-branch backwards)
+on bf16 CUDA tensors, a path the CPU interpreter tests never take: run 58 found
+``bench_nsa.py --backward`` broken there by a change the CPU suite passed. GPU only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+SMALL = ["--seqs", "2048", "--hq", "16", "--hkv", "1", "--dim", "64"]
+
+
+def _run(args: list[str]) -> str:
+    env = {**os.environ, "NSA_AUTOTUNE": "0", "PYTHONUNBUFFERED": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_bench_nsa_backward_runs() -> None:
+    out = _run(["benchmarks/bench_nsa.py", "--backward", "--no-flex", *SMALL])
+    assert "| fwd+bwd |" in out
+    assert "bwd compressed dq" in out
+
+
+def test_sweep_nsa_runs() -> None:
+    out = _run(["benchmarks/sweep_nsa.py", "--kernel", "cmp_dq", "--jobs", "2", *SMALL])
+    assert "backward compressed dq" in out
+    assert "(default)" in out
+    assert "FAILED" not in out
