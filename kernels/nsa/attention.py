@@ -101,7 +101,7 @@ def _compressed_dtype(q: torch.Tensor, peak_abs: float | None) -> torch.dtype:
 
 
 def needs_peak_abs(q: torch.Tensor) -> bool:
-    """Whether ``_compressed_dtype`` needs max |x| (a host sync): bf16 on the GPU."""
+    """Whether ``_compressed_dtype`` needs max |x| (read on the host): bf16 on the GPU."""
     return isinstance(q, torch.Tensor) and q.is_cuda and q.dtype == torch.bfloat16
 
 
@@ -116,10 +116,39 @@ def check_fast_args(
     block_indices: torch.Tensor | None,
 ) -> NSADims:
     """``check_nsa_args`` as the fast path needs it: with max |x| wherever ``_compressed_dtype``
-    reads it. Anything that calls ``backward._forward_parts`` gets its dims here."""
+    reads it. Anything that calls ``backward._forward_parts`` gets its dims here.
+
+    On CUDA the value checks are only launched (``defer``): the caller launches its kernels
+    with ``launch_dtype``'s guess, then reads them with ``dims.settled()`` and runs again
+    where the guess was wrong (``settle_dtype``)."""
     return check_nsa_args(
-        q, k, v, gates, config, k_cmp, v_cmp, block_indices, peak_abs=needs_peak_abs(q)
+        q,
+        k,
+        v,
+        gates,
+        config,
+        k_cmp,
+        v_cmp,
+        block_indices,
+        peak_abs=needs_peak_abs(q),
+        defer=isinstance(q, torch.Tensor) and q.is_cuda,
     )
+
+
+def launch_dtype(q: torch.Tensor, dims: NSADims) -> torch.dtype:
+    """k̃'s storage to launch with (``_compressed_dtype``): while the value checks are
+    pending, the guess that every value fits fp16, as inputs of a trained model do."""
+    return _compressed_dtype(q, 0.0 if dims.checks is not None else dims.peak_abs)
+
+
+def settle_dtype(q: torch.Tensor, dims: NSADims) -> tuple[NSADims, torch.dtype | None]:
+    """Reads the pending value checks (raises ValueError on bad gates): the settled dims, and
+    k̃'s storage to launch again with when ``launch_dtype`` guessed wrong (else None)."""
+    final = dims.settled()
+    if final is dims:
+        return dims, None
+    right = _compressed_dtype(q, final.peak_abs)
+    return final, (right if right != launch_dtype(q, dims) else None)
 
 
 def branch_dtype(kc_dtype: torch.dtype) -> torch.dtype:
@@ -167,17 +196,38 @@ def nsa_attention(
     plain CPU tensors train through autograd of the chunked PyTorch path below.
     """
     dims = check_fast_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
-    cfg = config
     fast = use_triton(q)
     if fast and _wants_grad(q, k, v, gates, k_cmp, v_cmp):
         # imported here: backward.py builds on this module's helpers (circular at import time)
         from kernels.nsa.backward import nsa_attention_trainable
 
         return nsa_attention_trainable(
-            q, k, v, gates, cfg, dims, k_cmp, v_cmp, block_indices, return_aux
+            q, k, v, gates, config, dims, k_cmp, v_cmp, block_indices, return_aux
         )
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
-    kc_dtype = _compressed_dtype(q, dims.peak_abs) if fast else torch.float32
+    args = (q, k, v, gates, config, k_cmp, v_cmp, block_indices, return_aux, fast)
+    result = _forward(*args, dims, launch_dtype(q, dims) if fast else torch.float32)
+    dims, again = settle_dtype(q, dims)
+    if fast and again is not None:  # a value past fp16's range: k̃ in bf16 after all
+        result = _forward(*args, dims, again)
+    return result
+
+
+def _forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gates: torch.Tensor,
+    cfg: NSAConfig,
+    k_cmp: torch.Tensor | None,
+    v_cmp: torch.Tensor | None,
+    block_indices: torch.Tensor | None,
+    return_aux: bool,
+    fast: bool,
+    dims: NSADims,
+    kc_dtype: torch.dtype,
+) -> torch.Tensor | tuple[torch.Tensor, NSAAux]:
+    """``nsa_attention`` without gradients, k̃ stored in ``kc_dtype``."""
     # fp16 k̃ is kept only as hi + lo parts of an fp32 k̃ (see _compressed_dtype)
     split = kc_dtype == torch.float16
     if cfg.compress == "mean":

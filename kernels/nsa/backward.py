@@ -73,7 +73,7 @@ def _forward_parts(
     additionally returns k̃ in fp32 (the backward recomputes the QK̃ logits from it, in the
     forward's precision) and o_win.
     """
-    kc_dtype = fwd._compressed_dtype(q, dims.peak_abs)
+    kc_dtype = fwd.launch_dtype(q, dims)  # with the value checks pending: a guess
     split = kc_dtype == torch.float16  # k̃ passed as fp16 hi + lo (attention._compressed_dtype)
     if cfg.compress == "mean":
         kc32 = compress_mean_fast(k, cfg, torch.float32)  # [B, Tc, Hkv, Dk]
@@ -138,6 +138,9 @@ class NSAFunction(torch.autograd.Function):
         # kernels of the backward address [B, T, H, ·] tensors as contiguous
         q, k, v, gates = (x.contiguous() for x in (q, k, v, gates))
         parts = _forward_parts(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, dims)
+        dims, again = fwd.settle_dtype(q, dims)  # raises on bad gates
+        if again is not None:  # a value past fp16's range: k̃ in bf16 after all
+            parts = _forward_parts(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, dims)
         o_cmp, o_slc, o_win = parts["o"]
         lse_cmp, lse_slc, lse_win = parts["lse"]
         ctx.save_for_backward(

@@ -452,3 +452,68 @@ def test_gpu_compressed_backward_rounds_split_k_as_designed() -> None:
     for name, got, ref in zip(("dq", "dk̃", "dṽ"), (dq, dkc, dvc), want, strict=True):
         er = err_ratio(got, ref)
         assert er < 5e-4, f"{name} err_ratio {er:.2e}"
+
+
+def _immediate_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nsa_attention reading its value checks before launching, as before they were deferred."""
+    from kernels.nsa.validate import check_nsa_args
+
+    def read_first(q, k, v, gates, cfg, k_cmp, v_cmp, block_indices):  # type: ignore[no-untyped-def]
+        return check_nsa_args(
+            q, k, v, gates, cfg, k_cmp, v_cmp, block_indices, peak_abs=True, defer=False
+        )
+
+    monkeypatch.setattr(nsa_attention_mod, "check_fast_args", read_first)
+
+
+@pytest.mark.parametrize("peak", [1000.0, 1e5])
+def test_gpu_deferred_checks_rerun_past_fp16_range(
+    monkeypatch: pytest.MonkeyPatch, peak: float
+) -> None:
+    """The value checks are read after the kernels are launched with k̃ in fp16 (the guess);
+    a value past fp16's range runs the forward again with k̃ in bf16. Either way out and aux
+    equal those of reading the checks first (bitwise: same kernels, same inputs), and the
+    gradients too (within 1 %)."""
+    q, k, v, g = make_inputs(1, 1500, 8, 2, 64, torch.bfloat16, seed=21, device="cuda")
+    # past 30000, bf16 storage for k̃; past 65504, fp16 branch outputs would overflow
+    v[0, 700, 1, 5] = -peak
+    cfg = NSAConfig(window=256, sel_count=8)
+    calls = []
+    forward = nsa_attention_mod._forward
+    monkeypatch.setattr(
+        nsa_attention_mod, "_forward", lambda *a: calls.append(a[-1]) or forward(*a)
+    )
+    out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
+    want = [torch.float16] if peak < 30000 else [torch.float16, torch.bfloat16]
+    assert calls == want
+    qg, kg, vg, gg = (x.clone().requires_grad_() for x in (q, k, v, g))
+    out_g = nsa_attention(qg, kg, vg, gg, cfg)
+    out_g.float().square().sum().backward()
+
+    _immediate_checks(monkeypatch)
+    calls.clear()
+    ref, ref_aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
+    assert calls == want[-1:]
+    assert torch.equal(out, ref)
+    assert torch.equal(aux.block_indices, ref_aux.block_indices)
+    assert torch.equal(aux.o_cmp, ref_aux.o_cmp)
+    qr, kr, vr, gr = (x.clone().requires_grad_() for x in (q, k, v, g))
+    ref_g = nsa_attention(qr, kr, vr, gr, cfg)
+    ref_g.float().square().sum().backward()
+    assert torch.equal(out_g, ref_g)
+    for a, b in ((qg, qr), (kg, kr), (vg, vr), (gg, gr)):
+        assert a.grad is not None and b.grad is not None
+        assert torch.isfinite(a.grad).all()
+        # the backward's adds may come in another order: close, not bitwise
+        assert (a.grad.float() - b.grad.float()).abs().max() <= 1e-2 * b.grad.float().abs().max()
+    assert torch.isfinite(out).all()
+
+
+def test_gpu_deferred_checks_still_refuse_bad_gates() -> None:
+    q, k, v, g = make_inputs(1, 300, 4, 1, 64, torch.bfloat16, seed=22, device="cuda")
+    cfg = NSAConfig(window=128, sel_count=4)
+    for bad in (g + 1.0, g.masked_fill(g > 0.9, float("nan"))):
+        with pytest.raises(ValueError, match=r"gates must lie in \[0, 1\]"):
+            nsa_attention(q, k, v, bad, cfg)
+        with pytest.raises(ValueError, match=r"gates must lie in \[0, 1\]"):
+            nsa_attention(q.clone().requires_grad_(), k, v, bad, cfg)

@@ -200,3 +200,47 @@ def test_peak_abs_over_mixed_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     assert peak != peak  # NaN propagates: bf16 storage, never fp16
     assert _compressed_dtype(q, peak) == torch.bfloat16
     assert _compressed_dtype(q.half(), None) == torch.float16  # fp16 inputs need no read
+
+
+def test_deferred_checks_guess_then_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_nsa_args(defer=True) only launches the value checks: bad gates raise when they
+    are read (``settled``), k̃'s storage is guessed fp16 meanwhile, and ``settle_dtype``
+    names the storage to run again with when a value proves past fp16's range."""
+    import kernels.nsa.attention as attention
+    from kernels.nsa.attention import launch_dtype, settle_dtype
+    from kernels.nsa.validate import check_nsa_args
+
+    monkeypatch.setattr(attention, "interpreting", lambda: False)  # as on the GPU
+    cfg = NSAConfig(cmp_block=8, cmp_stride=4, sel_block=8, sel_count=4, window=8)
+    q = torch.randn(1, 40, 2, 8).bfloat16()
+    k = torch.randn(1, 40, 1, 8).bfloat16()
+    v = torch.randn(1, 40, 1, 8).bfloat16()
+    gates = torch.rand(1, 40, 2, 3).bfloat16()
+
+    def dims_of(gates: torch.Tensor, **kw: bool):  # type: ignore[no-untyped-def]
+        return check_nsa_args(q, k, v, gates, cfg, None, None, None, peak_abs=True, **kw)
+
+    pending = dims_of(gates - 1, defer=True)  # no error yet: nothing was read
+    assert pending.peak_abs is None and pending.checks is not None
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        pending.settled()
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        dims_of(gates - 1)  # read at once without defer
+
+    pending = dims_of(gates, defer=True)
+    assert launch_dtype(q, pending) == torch.float16  # the guess
+    final, again = settle_dtype(q, pending)
+    assert final.checks is None and final.peak_abs == max(
+        float(x.float().abs().max()) for x in (q, k, v)
+    )
+    assert again is None and launch_dtype(q, final) == torch.float16
+    assert final == dims_of(gates)  # the same dims as reading at once
+
+    v[0, 3, 0, 1] = 41000.0
+    pending = dims_of(gates, defer=True)
+    assert launch_dtype(q, pending) == torch.float16
+    final, again = settle_dtype(q, pending)
+    assert final.peak_abs == 40960.0 and again == torch.bfloat16  # 41000 in bf16
+    assert launch_dtype(q, final) == torch.bfloat16
+    settled = dims_of(gates)
+    assert settle_dtype(q, settled) == (settled, None)  # nothing pending: nothing to redo
