@@ -7,6 +7,8 @@ the chunked PyTorch path. Both return the same outputs as ``nsa_attention_naive`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -42,6 +44,8 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
+R = TypeVar("R")
+
 DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
@@ -118,9 +122,8 @@ def check_fast_args(
     """``check_nsa_args`` as the fast path needs it: with max |x| wherever ``_compressed_dtype``
     reads it. Anything that calls ``backward._forward_parts`` gets its dims here.
 
-    On CUDA the value checks are only launched (``defer``): the caller launches its kernels
-    with ``launch_dtype``'s guess, then reads them with ``dims.settled()`` and runs again
-    where the guess was wrong (``settle_dtype``)."""
+    On CUDA the value checks are only launched (``defer``): the caller runs its kernels
+    through ``run_with_checks``, which reads them after the launches."""
     return check_nsa_args(
         q,
         k,
@@ -149,6 +152,19 @@ def settle_dtype(q: torch.Tensor, dims: NSADims) -> tuple[NSADims, torch.dtype |
         return dims, None
     right = _compressed_dtype(q, final.peak_abs)
     return final, (right if right != launch_dtype(q, dims) else None)
+
+
+def run_with_checks(
+    q: torch.Tensor, dims: NSADims, run: Callable[[NSADims], R]
+) -> tuple[R, NSADims]:
+    """``run(dims)`` launched while the value checks may be pending (k̃'s storage as
+    ``launch_dtype`` guesses it), then the checks read (raises ValueError on bad gates) and
+    ``run`` again with the settled dims where the guess was wrong: the result and those dims."""
+    result = run(dims)
+    final, again = settle_dtype(q, dims)
+    if again is not None:  # a value past fp16's range: k̃ in bf16 after all
+        result = run(final)
+    return result, final
 
 
 def branch_dtype(kc_dtype: torch.dtype) -> torch.dtype:
@@ -205,11 +221,8 @@ def nsa_attention(
             q, k, v, gates, config, dims, k_cmp, v_cmp, block_indices, return_aux
         )
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
-    args = (q, k, v, gates, config, k_cmp, v_cmp, block_indices, return_aux, fast)
-    result = _forward(*args, dims, launch_dtype(q, dims) if fast else torch.float32)
-    dims, again = settle_dtype(q, dims)
-    if fast and again is not None:  # a value past fp16's range: k̃ in bf16 after all
-        result = _forward(*args, dims, again)
+    args = (q, k, v, gates, config, k_cmp, v_cmp, block_indices, return_aux)
+    result, _ = run_with_checks(q, dims, lambda d: _forward(*args, d))
     return result
 
 
@@ -223,11 +236,11 @@ def _forward(
     v_cmp: torch.Tensor | None,
     block_indices: torch.Tensor | None,
     return_aux: bool,
-    fast: bool,
     dims: NSADims,
-    kc_dtype: torch.dtype,
 ) -> torch.Tensor | tuple[torch.Tensor, NSAAux]:
-    """``nsa_attention`` without gradients, k̃ stored in ``kc_dtype``."""
+    """``nsa_attention`` without gradients, k̃ stored as ``launch_dtype`` picks."""
+    fast = use_triton(q)
+    kc_dtype = launch_dtype(q, dims) if fast else torch.float32
     # fp16 k̃ is kept only as hi + lo parts of an fp32 k̃ (see _compressed_dtype)
     split = kc_dtype == torch.float16
     if cfg.compress == "mean":

@@ -137,10 +137,9 @@ class NSAFunction(torch.autograd.Function):
     ) -> torch.Tensor:
         # kernels of the backward address [B, T, H, ·] tensors as contiguous
         q, k, v, gates = (x.contiguous() for x in (q, k, v, gates))
-        parts = _forward_parts(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, dims)
-        dims, again = fwd.settle_dtype(q, dims)  # raises on bad gates
-        if again is not None:  # a value past fp16's range: k̃ in bf16 after all
-            parts = _forward_parts(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, dims)
+        parts, dims = fwd.run_with_checks(  # raises on bad gates
+            q, dims, lambda d: _forward_parts(q, k, v, gates, k_cmp, v_cmp, block_indices, cfg, d)
+        )
         o_cmp, o_slc, o_win = parts["o"]
         lse_cmp, lse_slc, lse_win = parts["lse"]
         ctx.save_for_backward(

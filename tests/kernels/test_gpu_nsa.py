@@ -481,7 +481,9 @@ def test_gpu_deferred_checks_rerun_past_fp16_range(
     calls = []
     forward = nsa_attention_mod._forward
     monkeypatch.setattr(
-        nsa_attention_mod, "_forward", lambda *a: calls.append(a[-1]) or forward(*a)
+        nsa_attention_mod,
+        "_forward",  # records the k̃ storage each run launches with (args: q, ..., dims)
+        lambda *a: calls.append(nsa_attention_mod.launch_dtype(a[0], a[-1])) or forward(*a),
     )
     out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
     want = [torch.float16] if peak < 30000 else [torch.float16, torch.bfloat16]
