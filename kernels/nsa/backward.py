@@ -16,6 +16,11 @@ Backward (spec §4.2): with D_j = rowsum(dout · o_j) (one preprocess kernel),
   top-n is a discrete choice and gets no gradient (the reference scores a detached p_cmp);
 * compress="mean": k̃_i = mean(k[i·d : i·d + l]), so dk[t] += Σ_{i ∋ t} dk̃_i / l (same for v);
   compress="given": dk̃, dṽ are the gradients of k_cmp, v_cmp.
+
+On CUDA the compressed dk̃/dṽ kernel, which depends on nothing but the forward's tensors and
+D, runs on a side stream (``SIDE_STREAM``) beside the chain window → selection → compressed
+dq, which must run in order (each adds into the previous one's dq, dk, dv): the GPU then has
+work in the chain's launch gaps and in each kernel's last, partly filled wave.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 
 from kernels.nsa import attention as fwd
 from kernels.nsa._bwd_common import bwd_preprocess
+from kernels.nsa._streams import join, on_side
 from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.compressed_bwd import compressed_bwd_triton
 from kernels.nsa.config import NSAAux, NSAConfig
@@ -35,6 +41,9 @@ from kernels.nsa.torch_path import compress_mean_fast, compressed_torch
 from kernels.nsa.validate import NSADims
 from kernels.nsa.window import window_triton
 from kernels.nsa.window_bwd import window_bwd_triton
+
+# The compressed dk̃/dṽ kernel on the side stream (CUDA only; benchmarks flip it to compare).
+SIDE_STREAM = True
 
 
 def unpool_mean_add_(dx: torch.Tensor, dxc: torch.Tensor, cfg: NSAConfig) -> None:
@@ -188,6 +197,14 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     dq = alloc(q.shape, dtype=f32, device=dev) if need_q else None
     dk = alloc(k.shape, dtype=f32, device=dev) if need_kv else None
     dv = alloc(v.shape, dtype=f32, device=dev) if need_kv else None
+    cmp_args = (q, kc32, vc, dout, lse_cmp, dd, gates, cfg, dims.scale, ctx.split)
+    dkc = dvc = dq_final = side = None
+    if need_cmp_kv:
+        dkc = alloc(kc32.shape, dtype=f32, device=dev)
+        dvc = alloc(vc.shape, dtype=f32, device=dev)
+        if SIDE_STREAM and dev.type == "cuda":
+            with on_side(dev, q, kc32, vc, dout, lse_cmp, dd, gates, dkc, dvc) as side:
+                compressed_bwd_triton(*cmp_args, dq=None, dkc=dkc, dvc=dvc, alloc=alloc)
     grads = (dout, lse_win, dd, gates)
     # window first: it overwrites dq, dk, dv (every element), the others add into them
     window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=dq, dk=dk, dv=dv)
@@ -196,19 +213,17 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, idx, *sel_grads, cfg, dims.scale, dq=dq, dk=dk, dv=dv,
         dq_path=fwd.variant("selection_dq"), alloc=alloc,
     )  # fmt: skip
-    dkc = dvc = dq_final = None
-    if dims.tc > 0 and (need_q or need_cmp_kv):
-        if need_cmp_kv:
-            dkc = alloc(kc32.shape, dtype=f32, device=dev)
-            dvc = alloc(vc.shape, dtype=f32, device=dev)
-        cmp_grads = (dout, lse_cmp, dd, gates)
+    if dims.tc > 0 and (need_q or (need_cmp_kv and side is None)):
         # the last branch to add into dq writes it in q's dtype: no conversion pass after
         if dq is not None and q.dtype != f32:
             dq_final = alloc(q.shape, dtype=q.dtype, device=dev)
+        on_main = side is None
         compressed_bwd_triton(
-            q, kc32, vc, *cmp_grads, cfg, dims.scale, ctx.split, dq=dq, dkc=dkc, dvc=dvc,
+            *cmp_args, dq=dq, dkc=dkc if on_main else None, dvc=dvc if on_main else None,
             dq_out=dq_final, alloc=alloc,
         )  # fmt: skip
+    if side is not None:
+        join(dev)  # dkc, dvc are read below
     if mean and dk is not None and dv is not None and dkc is not None and dvc is not None:
         unpool_mean_add_(dk, dkc, cfg)
         unpool_mean_add_(dv, dvc, cfg)

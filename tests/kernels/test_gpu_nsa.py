@@ -360,6 +360,59 @@ def test_gpu_backward_after_forward_variants(
     _check_grads(got, want, torch.bfloat16)
 
 
+@pytest.mark.parametrize("compress", ["mean", "given"])
+def test_gpu_backward_side_stream_is_ordered(
+    monkeypatch: pytest.MonkeyPatch, compress: str
+) -> None:
+    """backward.SIDE_STREAM: the compressed dk̃/dṽ kernel runs on another stream, yet after D
+    is computed and before dk̃ is read. Each stream is held up ~50 ms by a GPU sleep at the
+    point where a missing wait would race (D's kernel on the caller's stream, dk̃'s kernel on
+    the side), over NaN-filled buffers: the gradients must equal the serial backward's."""
+    import kernels.nsa.backward as bwd
+
+    cfg = PAPER if compress == "mean" else NSAConfig(compress="given")
+    x = _inputs_gpu(1, 2048, 32, 2, 128, torch.bfloat16, cfg, seed=21)
+    names = tuple(x)
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    dout = torch.randn(x["q"].shape, device="cuda", generator=gen).to(torch.bfloat16)
+
+    def grads() -> tuple[torch.Tensor, ...]:
+        leaves = {n: t.detach().clone().requires_grad_(True) for n, t in x.items()}
+        kw = {n: leaves[n] for n in ("k_cmp", "v_cmp") if n in leaves}
+        out = nsa_attention(leaves["q"], leaves["k"], leaves["v"], leaves["gates"], cfg, **kw)
+        g = torch.autograd.grad(out, [leaves[n] for n in names], dout)
+        torch.cuda.synchronize()
+        return g
+
+    monkeypatch.setattr(bwd, "SIDE_STREAM", False)
+    serial = grads()
+    sleep = 100_000_000  # GPU cycles, ≈ 50 ms at H200 clocks
+    real_pre, real_cmp = bwd.bwd_preprocess, bwd.compressed_bwd_triton
+    streams: list[torch.cuda.Stream] = []
+
+    def slow_pre(*a: object, **kw: object) -> torch.Tensor:
+        torch.cuda._sleep(sleep)
+        return real_pre(*a, **kw)
+
+    def slow_cmp(*a: object, **kw: object) -> None:
+        if kw.get("dkc") is not None:
+            streams.append(torch.cuda.current_stream())
+            torch.cuda._sleep(sleep)
+        real_cmp(*a, **kw)
+
+    monkeypatch.setattr(bwd, "SIDE_STREAM", True)
+    monkeypatch.setattr(bwd, "bwd_preprocess", slow_pre)
+    monkeypatch.setattr(bwd, "compressed_bwd_triton", slow_cmp)
+    side = grads()
+    assert len(streams) == 1 and streams[0] != torch.cuda.current_stream()
+    for name, a, b in zip(names, side, serial, strict=True):
+        assert torch.isfinite(a).all(), f"non-finite d{name}"
+        if name in ("gates", "k_cmp", "v_cmp"):  # no atomics on their way: the same bits
+            assert torch.equal(a, b), f"d{name} differs"
+        else:  # the selection's atomic adds may sum in another order
+            assert err_ratio(a, b.float()) <= 1e-3, f"d{name} differs"
+
+
 def test_gpu_backward_matches_cpu_path_fp32() -> None:
     """fp32: the Triton backward (exact dots) against the CPU PyTorch path's autograd."""
     q, k, v, g = make_inputs(1, 700, 8, 2, 32, torch.float32, seed=9)
@@ -519,3 +572,26 @@ def test_gpu_deferred_checks_still_refuse_bad_gates() -> None:
             nsa_attention(q, k, v, bad, cfg)
         with pytest.raises(ValueError, match=r"gates must lie in \[0, 1\]"):
             nsa_attention(q.clone().requires_grad_(), k, v, bad, cfg)
+
+
+def test_gpu_side_stream_checks_see_the_callers_last_writes() -> None:
+    """The value checks run on the side stream, yet after everything the caller's stream
+    queued: gates made bad, and v pushed past fp16's range, by kernels still waiting behind
+    a ~50 ms GPU sleep, are seen."""
+    import kernels.nsa.validate as validate
+
+    assert validate.SIDE_STREAM
+    q, k, v, g = make_inputs(1, 600, 4, 1, 64, torch.bfloat16, seed=23, device="cuda")
+    cfg = NSAConfig(window=128, sel_count=4)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)
+    bad = g.add(1.0)  # queued behind the sleep
+    with pytest.raises(ValueError, match=r"gates must lie in \[0, 1\]"):
+        nsa_attention(q, k, v, bad, cfg)
+    big = v.clone()
+    torch.cuda._sleep(100_000_000)
+    big[0, 300, 0, 7] = -1e5  # past 30000: k̃ and ṽ in bf16, the forward run again
+    ref = nsa_attention(q.float(), k.float(), big.float(), g.float(), cfg).to(torch.bfloat16)
+    out = nsa_attention(q, k, big, g, cfg)
+    assert torch.isfinite(out).all()
+    assert err_ratio(out, ref.float()) <= 1e-2

@@ -1,0 +1,119 @@
+"""Does NSA gain from the side stream? (issue 19: fwd at 64k ≤ 35 ms, fwd+bwd ≤ 120 ms)
+
+Two pieces of NSA work may run on a side stream (``kernels.nsa._streams``) beside kernels
+that keep the GPU busy: the forward's value checks (``validate.SIDE_STREAM``) and the
+backward's compressed dk̃/dṽ kernel (``backward.SIDE_STREAM``). This script times the no-grad
+forward and the training step with each on and off, round-robin (one call of each per round,
+so clock drift hits all alike), on identical inputs, after checking that every mode gives the
+same outputs and gradients:
+
+- ``serial``: all of it on the caller's stream, one kernel after another;
+- ``bwd``: the compressed dk̃/dṽ kernel on the side stream;
+- ``both``: the value checks too (the default).
+
+    python benchmarks/nsa_bwd_overlap.py                       # 16k and 64k, paper config
+    python benchmarks/nsa_bwd_overlap.py --seqs 65536 --rounds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("NSA_AUTOTUNE", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import kernels.nsa.backward as backward  # noqa: E402
+import kernels.nsa.validate as validate  # noqa: E402
+from benchmarks._common import commit, diff, nsa_inputs  # noqa: E402
+from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
+
+MODES = {"serial": (False, False), "bwd": (True, False), "both": (True, True)}
+
+
+def _use(mode: str) -> None:
+    backward.SIDE_STREAM, validate.SIDE_STREAM = MODES[mode]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
+    ap.add_argument("--hq", type=int, default=64)
+    ap.add_argument("--hkv", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs CUDA: streams exist only there")
+    cfg = NSAConfig()
+    print(
+        f"# nsa_bwd_overlap.py, commit {commit()}, {torch.cuda.get_device_name()}, "
+        f"torch {torch.__version__}, Hq {args.hq} / Hkv {args.hkv}, D {args.dim}, bf16, "
+        f"paper config, {args.rounds} rounds"
+    )
+    print(
+        "| T | mode | fwd ms, median (p10-p90) | of serial, paired "
+        "| fwd+bwd ms, median (p10-p90) | of serial, paired |"
+    )
+    print("|---|---|---|---|---|---|")
+    for t in args.seqs:
+        one(t, args.hq, args.hkv, args.dim, args.rounds, cfg)
+        torch.cuda.empty_cache()
+
+
+def one(t: int, hq: int, hkv: int, dim: int, rounds: int, cfg: NSAConfig) -> None:
+    """The table's rows at length t (a function: its tensors are freed on return)."""
+    q, k, v, gates, dout = nsa_inputs(t, hq, hkv, dim, "cuda", with_dout=True)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, gates)]
+    outs, grads = {}, {}
+    for mode in MODES:  # warm-up: compile once; the results compared
+        _use(mode)
+        for _ in range(2):
+            with torch.no_grad():
+                outs[mode] = nsa_attention(q, k, v, gates, cfg)
+            grads[mode] = torch.autograd.grad(nsa_attention(*leaves, cfg), leaves, dout)
+    torch.cuda.synchronize()
+    for mode in MODES:
+        assert torch.equal(outs[mode], outs["serial"]), f"{mode}: the forward differs"
+        for name, a, b in zip(
+            ("dq", "dk", "dv", "dgates"), grads[mode], grads["serial"], strict=True
+        ):
+            print(f"#   T {t} {name}: {mode} vs serial {diff(a, b)}")
+    del outs, grads
+
+    fw: dict[str, list[float]] = {m: [] for m in MODES}
+    fb: dict[str, list[float]] = {m: [] for m in MODES}
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(rounds):
+        for mode in MODES:
+            _use(mode)
+            e0.record()
+            with torch.no_grad():
+                nsa_attention(q, k, v, gates, cfg)
+            e1.record()
+            e1.synchronize()
+            fw[mode].append(e0.elapsed_time(e1))
+            e0.record()
+            torch.autograd.grad(nsa_attention(*leaves, cfg), leaves, dout)
+            e1.record()
+            e1.synchronize()
+            fb[mode].append(e0.elapsed_time(e1))
+    _use("both")
+
+    def cell(xs: list[float], base: list[float]) -> str:
+        s = sorted(xs)
+        p10, p90 = s[len(s) // 10], s[(9 * len(s)) // 10]
+        paired = statistics.median(a / b for a, b in zip(xs, base, strict=True))
+        return f"{statistics.median(s):.2f} ({p10:.2f}-{p90:.2f}) | {paired:.4f}"
+
+    for mode in MODES:
+        print(f"| {t} | {mode} | {cell(fw[mode], fw['serial'])} | {cell(fb[mode], fb['serial'])} |")
+
+
+if __name__ == "__main__":
+    main()
