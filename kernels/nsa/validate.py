@@ -127,14 +127,17 @@ class ValueChecks:
     ) -> None:
         self._event: torch.cuda.Event | None = None
         self._host: torch.Tensor | None = None
-        if gates.is_cuda and SIDE_STREAM:
-            # beside the forward's first kernels rather than before them: bandwidth-bound
-            # reads (q alone is 1 GiB at 64k) under compute-bound attention
-            live = [x for x in peak_of or () if x is not None]
-            with on_side(gates.device, gates, *live):
+        # no graph: a leaf's first use under grad mode would also pin its gradient
+        # accumulation to the stream current here
+        with torch.no_grad():
+            if gates.is_cuda and SIDE_STREAM:
+                # beside the forward's first kernels rather than before them: bandwidth-bound
+                # reads (q alone is 1 GiB at 64k) under compute-bound attention
+                live = [x for x in peak_of or () if x is not None]
+                with on_side(gates.device, gates, *live):
+                    self._launch(gates, peak_of)
+            else:
                 self._launch(gates, peak_of)
-        else:
-            self._launch(gates, peak_of)
 
     def _launch(self, gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None) -> None:
         stats: list[torch.Tensor] = []
