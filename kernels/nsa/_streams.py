@@ -1,10 +1,10 @@
 """A side stream per CUDA device for NSA work that need not wait in line.
 
-Two pieces of work run there, each beside kernels that keep the GPU busy for milliseconds:
-the forward's value checks (bandwidth-bound reads of q, k, v, gates) and the backward's
-compressed dk̃/dṽ kernel (needs only the forward's tensors and D). Work on the side starts
-after everything the caller's stream had queued, and whoever reads its results waits for it
-(``join``, or an event recorded on the side).
+The backward's compressed dk̃/dṽ kernel runs there (it needs only the forward's tensors and D)
+beside the chain of kernels that add into dq, dk, dv. Work on the side starts after
+everything the caller's stream had queued, and whoever reads its results waits for it
+(``join``). The forward's value checks were tried there too and gained nothing (run 63:
+1.00 of the serial forward at 64k, 1.014 at 16k): they stay on the caller's stream.
 """
 
 from __future__ import annotations

@@ -7,12 +7,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from kernels._validate import check_bthd, check_scale, check_tensor
-from kernels.nsa._streams import on_side
 from kernels.nsa.config import NSAConfig, num_cmp_blocks, num_sel_blocks
 
 SUPPORTED_GROUPS = (1, 2, 4, 8, 16)
-# ValueChecks launch on the side stream (CUDA only; benchmarks flip it to compare).
-SIDE_STREAM = True
 
 
 @dataclass(frozen=True)
@@ -125,31 +122,18 @@ class ValueChecks:
     def __init__(
         self, gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None
     ) -> None:
-        self._event: torch.cuda.Event | None = None
-        self._host: torch.Tensor | None = None
-        # no graph: a leaf's first use under grad mode would also pin its gradient
-        # accumulation to the stream current here
-        with torch.no_grad():
-            if gates.is_cuda and SIDE_STREAM:
-                # beside the forward's first kernels rather than before them: bandwidth-bound
-                # reads (q alone is 1 GiB at 64k) under compute-bound attention
-                live = [x for x in peak_of or () if x is not None]
-                with on_side(gates.device, gates, *live):
-                    self._launch(gates, peak_of)
-            else:
-                self._launch(gates, peak_of)
-
-    def _launch(self, gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None) -> None:
         stats: list[torch.Tensor] = []
         self._gates = gates.numel() > 0
-        if self._gates:
-            stats.extend(t.float() for t in torch.aminmax(gates))  # NaN propagates into both
-        live = [x for x in peak_of or () if x is not None and x.numel() > 0]
-        # one fused launch for all of them, no |x| temporary (q alone is 1 GiB at 64k)
-        if live:
-            stats.append(torch.stack(torch._foreach_norm(live, float("inf"))).max().float())
+        with torch.no_grad():  # reads only: no autograd graph over the inputs
+            if self._gates:  # NaN propagates into both
+                stats.extend(t.float() for t in torch.aminmax(gates))
+            live = [x for x in peak_of or () if x is not None and x.numel() > 0]
+            # one fused launch for all of them, no |x| temporary (q alone is 1 GiB at 64k)
+            if live:
+                stats.append(torch.stack(torch._foreach_norm(live, float("inf"))).max().float())
+            self._host = torch.stack(stats) if stats else None
         self._peak: bool | None = None if peak_of is None else bool(live)
-        self._host = torch.stack(stats) if stats else None
+        self._event: torch.cuda.Event | None = None
         if self._host is not None and self._host.is_cuda:
             dev = self._host
             self._host = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)

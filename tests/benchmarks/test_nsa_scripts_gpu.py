@@ -43,3 +43,9 @@ def test_sweep_nsa_runs() -> None:
     assert "backward compressed dq" in out
     assert "(default)" in out
     assert "FAILED" not in out
+
+
+def test_nsa_bwd_overlap_runs() -> None:
+    out = _run(["benchmarks/nsa_bwd_overlap.py", "--rounds", "3", *SMALL])
+    assert "| 2048 | serial |" in out and "| 2048 | side |" in out
+    assert "dgates: side vs serial max abs 0.000e+00" in out  # no atomics on dgates' way
