@@ -42,7 +42,8 @@ from kernels.nsa.validate import NSADims
 from kernels.nsa.window import window_triton
 from kernels.nsa.window_bwd import window_bwd_triton
 
-# The compressed dk̃/dṽ kernel on the side stream (CUDA only; benchmarks flip it to compare).
+# The compressed dk̃/dṽ kernel on the side stream (CUDA only; benchmarks flip it to compare):
+# 0.965-0.980 of the serial order's fwd+bwd at 64k, 0.96 at 16k (runs 62-64, one H200).
 SIDE_STREAM = True
 
 
