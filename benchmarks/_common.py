@@ -1,8 +1,9 @@
 """Pieces the NSA benchmark scripts share: the commit they ran on, the device they may run
-on, and how far an output is from a reference."""
+on, their shape options, their inputs, and how far an output is from a reference."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import time
@@ -75,6 +76,15 @@ def diff(x: torch.Tensor, ref: torch.Tensor) -> str:
         return "empty"
     rel = float(d.pow(2).mean().sqrt() / ref[fin].pow(2).mean().sqrt().clamp_min(1e-30))
     return f"max abs {float(d.abs().max()):.3e}, rel RMS {rel:.3e}"
+
+
+def nsa_shape_args(ap: argparse.ArgumentParser, seqs: list[int]) -> None:
+    """The NSA scripts' shape options, defaults the paper configuration's heads: --seqs (the
+    lengths T), --hq, --hkv, --dim (fewer heads for a smoke test)."""
+    ap.add_argument("--seqs", type=int, nargs="+", default=seqs, help="sequence lengths T")
+    ap.add_argument("--hq", type=int, default=64, help="query heads")
+    ap.add_argument("--hkv", type=int, default=4, help="KV heads")
+    ap.add_argument("--dim", type=int, default=128, help="head dim")
 
 
 def nsa_inputs(

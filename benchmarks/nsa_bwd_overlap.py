@@ -31,7 +31,7 @@ os.environ.setdefault("NSA_AUTOTUNE", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.nsa.backward as backward  # noqa: E402
-from benchmarks._common import commit, diff, nsa_inputs  # noqa: E402
+from benchmarks._common import commit, diff, nsa_inputs, nsa_shape_args  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
 MODES = {"serial": False, "side": True}
@@ -43,10 +43,7 @@ def _use(mode: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
-    ap.add_argument("--hq", type=int, default=64)
-    ap.add_argument("--hkv", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=128)
+    nsa_shape_args(ap, [16384, 65536])
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     if not torch.cuda.is_available():

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import commit  # noqa: E402
+from benchmarks._common import commit, nsa_shape_args  # noqa: E402
 from kernels.nsa.config import NSAConfig  # noqa: E402
 from kernels.nsa.naive import _masked_softmax, block_scores, compress_mean  # noqa: E402
 
@@ -108,10 +108,7 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
-    ap.add_argument("--hq", type=int, default=64)
-    ap.add_argument("--hkv", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=128)
+    nsa_shape_args(ap, [16384, 65536])
     ap.add_argument("--chunk", type=int, default=1024, help="query rows scored at once")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")

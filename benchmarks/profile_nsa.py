@@ -30,7 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from benchmarks._common import commit, device_ready, median_ms, nsa_inputs  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    commit,
+    device_ready,
+    median_ms,
+    nsa_inputs,
+    nsa_shape_args,
+)
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.attention import variant  # noqa: E402
 
@@ -137,13 +143,10 @@ def allocator_counts() -> dict[str, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seqs", type=int, nargs="+", default=[65536])
+    nsa_shape_args(ap, [65536])
     ap.add_argument("--steps", type=int, default=3, help="profiled steps per length")
     ap.add_argument("--forward-only", action="store_true", help="profile the forward alone")
     ap.add_argument("--device", default="cuda", help="cpu needs TRITON_INTERPRET=1")
-    ap.add_argument("--hq", type=int, default=64)
-    ap.add_argument("--hkv", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=128)
     args = ap.parse_args()
     if args.steps < 1:
         ap.error("--steps must be at least 1")

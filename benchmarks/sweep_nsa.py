@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from benchmarks._common import commit, device_ready, diff, nsa_inputs  # noqa: E402
+from benchmarks._common import commit, device_ready, diff, nsa_inputs, nsa_shape_args  # noqa: E402
 from kernels.nsa import NSAConfig  # noqa: E402
 from kernels.nsa import compressed as cmp_mod  # noqa: E402
 from kernels.nsa import compressed_bwd as cmp_bwd  # noqa: E402
@@ -412,12 +412,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kernel", nargs="+", choices=list(KERNELS), default=["cmp", "slc"])
     ap.add_argument("--only", nargs="*", default=None, help="substrings of labels to keep")
-    ap.add_argument("--seqs", type=int, nargs="+", default=[16384, 65536])
+    nsa_shape_args(ap, [16384, 65536])
     ap.add_argument("--jobs", type=int, default=8, help="parallel compile processes")
     ap.add_argument("--device", default="cuda", help="cpu: TRITON_INTERPRET=1, a smoke test")
-    ap.add_argument("--hq", type=int, default=64, help="query heads (fewer for a smoke test)")
-    ap.add_argument("--hkv", type=int, default=4, help="KV heads")
-    ap.add_argument("--dim", type=int, default=128, help="head dim")
     args = ap.parse_args()
     global DEV, HQ, HKV, D
     DEV, HQ, HKV, D = args.device, args.hq, args.hkv, args.dim
