@@ -112,14 +112,27 @@ def nsa_inputs(
     return q, k, v, gates, dout
 
 
+#: Timed calls at the least behind each GPU median (``median_ms``).
+MIN_SAMPLES = 10
+
+
 def median_ms(fn: Callable[[], object], cuda: bool) -> float:
     """fn's median time in ms: CUDA events after warm-up (``triton.testing.do_bench``) on the
-    GPU; on the CPU (the interpreter's smoke runs, seconds a call) the middle of 3 wall-clock
-    calls after one warm-up."""
+    GPU, over at least ``MIN_SAMPLES`` timed calls; on the CPU (the interpreter's smoke runs,
+    seconds a call) the middle of 3 wall-clock calls after one warm-up."""
     if cuda:
         import triton
 
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        # do_bench times as many calls as fit in ``rep`` ms, at least one: rep=100 alone timed
+        # a 120 ms fwd+bwd once and a 44 ms forward twice (every bench_nsa.py table at 64k up
+        # to `de999cb`). One call first, for its length (and any compile or allocation).
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        rep = max(100.0, 1.2 * MIN_SAMPLES * start.elapsed_time(end))
+        return float(triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median"))
     fn()
     times = []
     for _ in range(3):

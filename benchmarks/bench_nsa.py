@@ -2,8 +2,9 @@
 
 Times our ``nsa_attention`` (three branches + gates) with a per-branch breakdown beside dense
 causal SDPA (cuDNN and flash backends) and, if it compiles, FlexAttention with a 512-token
-sliding window. Median CUDA-event times (triton.testing.do_bench) after warm-up; TFLOP/s use
-effective FLOPs (spec §6: only visited keys). Prints a table last.
+sliding window. Median CUDA-event times (triton.testing.do_bench) after warm-up, over at least
+10 calls (``_common.median_ms``); TFLOP/s use effective FLOPs (spec §6: only visited keys).
+Prints a table last.
 
     python benchmarks/bench_nsa.py [--seqs 16384 32768 65536] [--no-flex]
 
