@@ -20,6 +20,11 @@ and ends with each one's median round: single runs minutes apart moved by 15 % h
 
 PostgreSQL: ``--postgres-url`` (default: ``$KGRADE_TEST_DATABASE_URL``, what ``make services``
 starts); the run creates and drops its own database ``kgrade_load`` on that server.
+
+``--server granian`` (repeatable with ``--server gunicorn``) serves the same apps under Granian's
+WSGI interface instead (a server whose HTTP handling is compiled Rust; ``pip install granian``,
+not a dependency), with the same workers, threads and access log, to weigh what the server
+itself costs a request: each kgrade row is compared with the bare app under its own server.
 """
 
 from __future__ import annotations
@@ -187,23 +192,51 @@ def prepare(url: str, students: int, tokens_file: Path) -> None:
     tokens_file.write_text("\n".join(tokens) + "\n")
 
 
-@contextlib.contextmanager
-def gunicorn(
-    app: str, port: int, env: dict[str, str], args: argparse.Namespace, cwd: Path = ROOT
-) -> Iterator[int]:
-    """``kgrade serve``'s gunicorn command line for ``app`` (its access log kept: it is part of
-    the cost of a request in production)."""
-    from service.cli.serve import gunicorn_argv
+SERVERS = ("gunicorn", "granian")
 
-    argv = gunicorn_argv("127.0.0.1", port, args.workers, args.threads, 60)
-    argv[-1] = app
-    log = open(args.out / f"gunicorn-{port}.log", "w")  # noqa: SIM115
+
+def server_argv(server: str, app: str, port: int, args: argparse.Namespace) -> list[str]:
+    """``app`` (a ``module:factory()`` target) under ``server``: ``kgrade serve``'s gunicorn
+    command line, or Granian's WSGI interface with the same workers, threads and access log
+    (an access log is part of a request's cost in production)."""
+    if server == "gunicorn":
+        from service.cli.serve import gunicorn_argv
+
+        argv = gunicorn_argv("127.0.0.1", port, args.workers, args.threads, 60)
+        argv[-1] = app
+        return argv
+    return [
+        str(Path(sys.executable).with_name("granian")),
+        *("--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port)),
+        *("--workers", str(args.workers), "--blocking-threads", str(args.threads)),
+        *("--factory", "--access-log", app.removesuffix("()")),
+    ]
+
+
+@contextlib.contextmanager
+def serving(
+    server: str,
+    app: str,
+    port: int,
+    env: dict[str, str],
+    args: argparse.Namespace,
+    cwd: Path = ROOT,
+) -> Iterator[int]:
+    """``app`` served on ``port`` until the block ends; yields the server's pid."""
+    argv = server_argv(server, app, port, args)
+    if server != "gunicorn" and env.get("PROMETHEUS_MULTIPROC_DIR"):
+        # gunicorn's on_starting hook (service/cli/gunicorn_conf.py) does this for kgrade serve
+        folder = Path(env["PROMETHEUS_MULTIPROC_DIR"])
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+    log = open(args.out / f"{server}-{port}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"gunicorn for {app} exited; see {log.name}")
+                raise SystemExit(f"{server} for {app} exited; see {log.name}")
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
                 break
@@ -211,7 +244,7 @@ def gunicorn(
                 break  # any HTTP answer: it is listening
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"gunicorn for {app} did not start; see {log.name}") from None
+                    raise SystemExit(f"{server} for {app} did not start; see {log.name}") from None
                 time.sleep(0.2)
         yield proc.pid
     finally:
@@ -264,9 +297,11 @@ def locust(
     )
 
 
-def run_kgrade(db: str, args: argparse.Namespace, root: Path = ROOT, label: str = "") -> Row:
+def run_kgrade(
+    db: str, args: argparse.Namespace, root: Path = ROOT, label: str = "", server: str = "gunicorn"
+) -> Row:
     """kgrade on ``db``, its code from ``root`` (this checkout, or a worktree of ``--before``)."""
-    name = f"kgrade-{db}{label}"
+    name = f"kgrade-{db}{label}{_on(server, args)}"
     if db == "sqlite":
         url = f"sqlite:///{args.out / f'{name}.sqlite3'}"
         Path(args.out / f"{name}.sqlite3").unlink(missing_ok=True)
@@ -290,20 +325,25 @@ def run_kgrade(db: str, args: argparse.Namespace, root: Path = ROOT, label: str 
     env["KGRADE_LOAD_TOKENS"] = str(tokens)
     port = free_port()
     try:
-        with gunicorn("service:create_app()", port, env, args, cwd=root) as pid:
+        with serving(server, "service:create_app()", port, env, args, cwd=root) as pid:
             return locust(port, name, env, args, pid)
     finally:
         if db == "postgres":
             drop_postgres(args.postgres_url)
 
 
-def run_bare(args: argparse.Namespace) -> Row:
+def run_bare(args: argparse.Namespace, server: str = "gunicorn") -> Row:
     tokens = args.out / "tokens-bare.txt"
     tokens.write_text("kgr_bare\n")
     env = dict(os.environ, KGRADE_LOAD_TOKENS=str(tokens), PYTHONPATH=str(HERE))
     port = free_port()
-    with gunicorn("bare_app:create_app()", port, env, args) as pid:
-        return locust(port, "bare-flask", env, args, pid)
+    with serving(server, "bare_app:create_app()", port, env, args) as pid:
+        return locust(port, f"bare-flask{_on(server, args)}", env, args, pid)
+
+
+def _on(server: str, args: argparse.Namespace) -> str:
+    """The rows' server label, when a run compares servers (none for gunicorn alone)."""
+    return f" on {server}" if args.server != ["gunicorn"] else ""
 
 
 def main() -> None:
@@ -320,6 +360,12 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=default_workers(), help="as kgrade serve")
     p.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="as kgrade serve")
     p.add_argument("--out", type=Path, default=None, help="folder for CSVs and logs")
+    p.add_argument(
+        "--server",
+        action="append",
+        choices=SERVERS,
+        help="WSGI server, repeatable (default gunicorn, as kgrade serve)",
+    )
     p.add_argument(
         "--rounds",
         type=int,
@@ -340,6 +386,7 @@ def main() -> None:
         prepare(url, int(students), Path(file))
         return
     args.db = args.db or (["sqlite", "postgres"] if args.postgres_url else ["sqlite"])
+    args.server = args.server or ["gunicorn"]
     args.out = args.out or Path(tempfile.mkdtemp(prefix="kgrade-load-"))
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -351,8 +398,9 @@ def main() -> None:
         if args.before:
             with worktree(args.before, args.out / "before") as tree:
                 rows += [run_kgrade(db, args, tree, f" @{args.before}") for db in args.db]
-        rows += [run_kgrade(db, args) for db in args.db]
-        rows.append(run_bare(args))
+        for server in args.server:
+            rows += [run_kgrade(db, args, server=server) for db in args.db]
+            rows.append(run_bare(args, server))
         rounds.append(rows)
         if args.rounds > 1:
             print_table(rows, args, f"round {n + 1} of {args.rounds}")
@@ -363,10 +411,12 @@ def main() -> None:
 
 
 def print_table(rows: list[Row], args: argparse.Namespace, title: str) -> None:
-    bare = rows[-1]
+    # each row against the bare app under the same server (rows run kgrade first, bare last)
+    bares = [r for r in rows if r.target.startswith("bare-flask")]
     print(
-        f"\n{title + ': ' if title else ''}{args.users} users, {args.seconds} s each, gunicorn "
-        f"{args.workers} workers x {args.threads} threads, {os.cpu_count()} CPUs (client "
+        f"\n{title + ': ' if title else ''}{args.users} users, {args.seconds} s each, "
+        f"{' and '.join(args.server)}, {args.workers} workers x {args.threads} threads, "
+        f"{os.cpu_count()} CPUs (client "
         f"included); logs in {args.out}\n"
     )
     print(
@@ -375,6 +425,7 @@ def print_table(rows: list[Row], args: argparse.Namespace, title: str) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        bare = next(b for b in bares if b.target.removeprefix("bare-flask") in r.target)
         print(
             f"| {r.target} | {r.rps:.0f} | {r.attempts_s:.1f} | {r.p50:.0f} | {r.p95:.0f} | "
             f"{r.p99:.0f} | {r.requests} | {r.failures} | {r.rps / bare.rps:.2f} | "

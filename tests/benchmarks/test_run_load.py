@@ -3,6 +3,7 @@ from /proc, and the median round."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from benchmarks.load import run_load as rl
 
@@ -76,3 +79,39 @@ def test_cpu_seconds_of_this_process_and_of_one_that_is_gone() -> None:
 
     assert cpu_seconds([os.getpid()]) > 0
     assert cpu_seconds([2**22 + 7]) == 0.0  # no such process
+
+
+def _args(**kw: object) -> argparse.Namespace:
+    base = {"workers": 4, "threads": 1, "server": ["gunicorn"], "users": 16, "seconds": 20}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_server_argv_same_workers_threads_and_access_log() -> None:
+    args = _args()
+    g = rl.server_argv("gunicorn", "bare_app:create_app()", 8123, args)
+    assert g[-1] == "bare_app:create_app()" and "--access-logfile" in g
+    assert g[g.index("--workers") + 1] == "4" and g[g.index("--threads") + 1] == "1"
+    r = rl.server_argv("granian", "service:create_app()", 8123, args)
+    assert Path(r[0]).name == "granian" and r[-1] == "service:create_app"
+    assert {"--factory", "--access-log"} <= set(r)
+    assert r[r.index("--interface") + 1] == "wsgi" and r[r.index("--port") + 1] == "8123"
+    assert r[r.index("--workers") + 1] == "4" and r[r.index("--blocking-threads") + 1] == "1"
+
+
+def test_each_row_is_compared_with_the_bare_app_under_its_own_server(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _args(server=["gunicorn", "granian"], out=Path("/tmp"))
+    rows = [
+        _row("kgrade-postgres on gunicorn", 800, 40),
+        _row("bare-flask on gunicorn", 2000, 20),
+        _row("kgrade-postgres on granian", 1200, 30),
+        _row("bare-flask on granian", 4000, 10),
+    ]
+    rl.print_table(rows, args, "")
+    ratios = [
+        line.split(" | ")[8]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith(("| kgrade", "| bare"))
+    ]
+    assert ratios == ["0.40", "1.00", "0.30", "1.00"]
