@@ -30,6 +30,8 @@ from kernels.nsa.window import window_triton
 # forgot to write shows up as NaN instead of passing as stale memory.
 POISON_OUTPUTS = False
 
+R = TypeVar("R")  # what run_with_checks' run returns
+
 # Kernel variants of the Triton path, chosen at call time (benchmarks compare them side by
 # side on identical inputs before a default is picked). An entry set here wins over the
 # environment variable; None → env → DEFAULT_VARIANTS.
@@ -44,8 +46,6 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
-R = TypeVar("R")
-
 DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",

@@ -154,13 +154,6 @@ class ValueChecks:
         return vals[-1] if self._peak else 0.0
 
 
-def check_values(
-    gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None
-) -> float | None:
-    """``ValueChecks`` launched and read at once."""
-    return ValueChecks(gates, peak_of).read()
-
-
 def check_block_indices(
     idx: torch.Tensor,
     b: int,
