@@ -368,8 +368,10 @@ def test_gpu_backward_side_stream_is_ordered(
     """backward.SIDE_STREAM: the compressed dk̃/dṽ kernel runs on another stream, yet after D
     is computed ("caller": D's kernel held back ~50 ms by a GPU sleep) and before dk̃ is read
     ("side": the dk̃/dṽ kernel held back), over NaN-filled buffers: the gradients must equal
-    those of the serial backward. The side runs first, on a fresh allocator cache, so a
-    missing wait cannot read a serial run's D left in reused memory."""
+    those of the serial backward, and dk̃, dṽ as the kernel wrote them the same bits (in mean
+    mode only dk, dv carry them out, within the atomics' tolerance, which let a D read too
+    early pass in run 64). The side runs first, on a fresh allocator cache, so a missing wait
+    cannot read a serial run's D left in reused memory."""
     import kernels.nsa.backward as bwd
 
     cfg = PAPER if compress == "mean" else NSAConfig(compress="given")
@@ -395,12 +397,19 @@ def test_gpu_backward_side_stream_is_ordered(
             torch.cuda._sleep(sleep)
         return real_pre(*a, **kw)
 
+    # dk̃, dṽ as the kernel left them, cloned on its own stream: in mean mode they reach the
+    # gradients only through dk, dv, whose tolerance (atomics) would hide a D read too early
+    made: list[tuple[torch.Tensor, torch.Tensor]] = []
+
     def slow_cmp(*a: object, **kw: object) -> None:
         if kw.get("dkc") is not None:
             streams.append(torch.cuda.current_stream())
             if held == "side":
                 torch.cuda._sleep(sleep)
         real_cmp(*a, **kw)
+        dkc, dvc = kw.get("dkc"), kw.get("dvc")
+        if isinstance(dkc, torch.Tensor) and isinstance(dvc, torch.Tensor):
+            made.append((dkc.clone(), dvc.clone()))
 
     monkeypatch.setattr(bwd, "SIDE_STREAM", True)
     monkeypatch.setattr(bwd, "bwd_preprocess", slow_pre)
@@ -411,8 +420,11 @@ def test_gpu_backward_side_stream_is_ordered(
     assert len(streams) == 1 and streams[0] != torch.cuda.current_stream()
     monkeypatch.setattr(bwd, "SIDE_STREAM", False)
     monkeypatch.setattr(bwd, "bwd_preprocess", real_pre)
-    monkeypatch.setattr(bwd, "compressed_bwd_triton", real_cmp)
+    held = "neither"
     serial = grads()
+    assert len(made) == 2 and len(streams) == 2 and streams[1] == torch.cuda.current_stream()
+    for part, a, b in zip(("dk̃", "dṽ"), made[0], made[1], strict=True):
+        assert torch.equal(a, b), f"{part} differs"  # no atomics: the same bits
     for name, a, b in zip(names, side, serial, strict=True):
         assert torch.isfinite(a).all(), f"non-finite d{name}"
         if name in ("gates", "k_cmp", "v_cmp"):  # no atomics on their way: the same bits
