@@ -14,7 +14,7 @@ from service.api.schemas import (
     FeedbackSchema,
     ItemViewSchema,
 )
-from service.auth import current_principal
+from service.auth import current_principal, prefetched
 from service.core import assignments, attempts
 from service.db.attempts import IN_PROGRESS, SUBMITTED
 from service.db.courses import QUIZ
@@ -167,6 +167,7 @@ class AttemptResponses(MethodView):
         idempotent=True,
         lock_late=True,
         autocommit=True,
+        joined=attempts.ANSWER_READ,
     )
     @blp.arguments(AnswerSchema)
     @blp.response(201, FeedbackSchema, description="First answer to this item, with feedback")
@@ -182,7 +183,12 @@ class AttemptResponses(MethodView):
         too once the attempt is submitted or past its time limit.
         """
         done = attempts.answer(
-            db.session, current_principal(), attempt_id, args["item_id"], args["answer"]
+            db.session,
+            current_principal(),
+            attempt_id,
+            args["item_id"],
+            args["answer"],
+            read=prefetched(attempts.ANSWER_READ),
         )
         return done.view, 201 if done.created else 200
 

@@ -19,6 +19,8 @@ needs beyond flask-smorest's ``@blp.arguments`` / ``@blp.response``; put it abov
   ``Idempotency-Key`` runs without a transaction, each statement committing by itself, which
   saves its BEGIN and COMMIT round trips; with a key, the stored reply needs the transaction,
   and SQLite gains nothing (no round trips),
+* for ``joined=READ`` (a ``service.auth.JoinedRead``): makes the view's first read in the token
+  lookup's statement, one round trip for both; the view gets it from ``auth.prefetched``,
 * for ``rate_limit=NAME``: applies that limit of ``service.extensions.rate_limits`` once the caller
   is authenticated (and after an idempotent replay, which a limit never refuses), and documents
   the 429 and the configured limit (``x-rate-limit``) in the OpenAPI document,
@@ -61,7 +63,7 @@ from werkzeug.exceptions import HTTPException
 from service.api.errors import ErrorSchema
 from service.api.fastdump import compile_dump
 from service.api.fastload import Load, compile_load
-from service.auth import current_principal, requires
+from service.auth import JoinedRead, current_principal, requires
 from service.core.errors import ServiceError
 from service.db import is_postgres, write_intent
 from service.db.attempts import IdempotencyRecord
@@ -286,6 +288,7 @@ def endpoint(
     rate_limit: str | None = None,
     lock_late: bool = False,
     autocommit: bool = False,
+    joined: JoinedRead | None = None,
 ) -> Callable[[F], F]:
     roles = tuple(roles)
     if autocommit and not write:
@@ -297,7 +300,7 @@ def endpoint(
             f = rate_limits.limited(rate_limit)(f)
         if write or idempotent:
             f = _transactional(f, idempotent=idempotent)
-        f = requires(*roles)(f)
+        f = requires(*roles, joined=joined)(f)
         if (write or idempotent) and not lock_late:
             f = _write_first(f)
         if autocommit:

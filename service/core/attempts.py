@@ -20,7 +20,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from item_bank.model import Item, Quiz
 from item_bank.schema import ID_RE
 from service import grading, quizzes_store
-from service.auth import Principal
+from service.auth import JoinedRead, Prefetched, Principal
 from service.core import assignments as assignments_
 from service.core import grades
 from service.core.errors import conflict, forbidden, invalid, not_found
@@ -242,6 +242,8 @@ class _Target:
     started_at: datetime
     response_id: int | None
     times_answered: int | None
+    #: False: read without the item's stored answer (``ANSWER_READ``), whose write finds it
+    response_known: bool = True
 
 
 _A, _R, _Q = Attempt.__table__.c, ResponseRecord.__table__.c, QuizRecord.__table__.c
@@ -269,6 +271,25 @@ _ANSWER_TARGET = (
     .where(_A.id == bindparam("attempt_id"))
 )
 _READ_ANSWER_TARGET = Prepared(_ANSWER_TARGET)
+_ATTEMPT_COLS = ("id", "quiz_id", "course_id", "user_id", "status", "lang", "started_at")
+
+
+def _answer_read_params(view_args: Any) -> dict[str, Any] | None:
+    attempt_id = view_args.get("attempt_id", "")
+    return {"attempt_id": attempt_id} if _ATTEMPT_ID.match(attempt_id) else None
+
+
+#: An answer's attempt read in its token lookup's statement (``endpoint(joined=...)``): the
+#: attempt and its quiz row's version, without the item's stored answer (the body is parsed
+#: only after the token is checked). An item answered before then shows at the write, which
+#: inserts nothing, and the answer reads again with the item (``answer``). Columns:
+#: ``_ATTEMPT_COLS``, then the quiz row's revision and updated_at.
+ANSWER_READ = JoinedRead(
+    select(*(_A[c] for c in _ATTEMPT_COLS), _Q.revision, _Q.updated_at)
+    .select_from(Attempt.__table__.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
+    .where(_A.id == bindparam("attempt_id")),
+    _answer_read_params,
+)
 
 
 #: The columns an answer's check fills (``_check_answer``'s values).
@@ -320,7 +341,12 @@ _ANSWER_TRIES = 3
 
 
 def answer(
-    session: Session, actor: Principal, attempt_id: str, item_id: str, chosen: list[str]
+    session: Session,
+    actor: Principal,
+    attempt_id: str,
+    item_id: str,
+    chosen: list[str],
+    read: Prefetched | None = None,
 ) -> Answered:
     """Record an answer and return its immediate feedback (in the attempt's language).
 
@@ -334,13 +360,19 @@ def answer(
     checks, and no other write can come between the next read and the write, so a second
     try always settles it. PostgreSQL needs no lock before the write, so the request may run
     without a transaction (``endpoint(autocommit=True)``): each statement commits itself.
+
+    ``read``: the attempt as ``ANSWER_READ`` found it with the token; its first write then
+    stands for the item's read, and does not count as a try.
     """
     # an id no item can have (a NUL byte, say) looks up none: the check below names it
     params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
-    target = _answer_target(session, actor, params)
+    if read is not None:
+        target = _prefetched_target(session, actor, attempt_id, read)
+    else:
+        target = _answer_target(session, actor, params)
     quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
     begin_writing(session)
-    for _ in range(_ANSWER_TRIES):
+    for _ in range(_ANSWER_TRIES + (not target.response_known)):
         stored = _store(session, target, item.id, values)
         if stored is not None:
             break
@@ -405,6 +437,20 @@ def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -
         row.response_id,
         row.times_answered,
     )
+
+
+def _prefetched_target(
+    session: Session, actor: Principal, attempt_id: str, read: Prefetched
+) -> _Target:
+    row = read.row
+    if row is None:
+        _check_visible(actor, attempt_id, None)
+    assert row is not None
+    n = len(_ATTEMPT_COLS)
+    target = _Target(*row[:n], response_id=None, times_answered=None, response_known=False)
+    _check_visible(actor, attempt_id, target)
+    quizzes_store.note_version(session, target.quiz_id, row[n], row[n + 1])
+    return target
 
 
 def _check_answer(

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from flask import g
 from flask.testing import FlaskClient
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -303,7 +304,11 @@ def test_answer_runs_without_a_transaction_on_postgres_unless_keyed(
         return bool(session.connection().connection.dbapi_connection.autocommit)
 
     def store(session: Any, *args: Any) -> Any:
-        seen.append(("answer", mode(session)) if _postgres(world) else ("answer", False))
+        # once a request: a re-answer's first write (an insert that finds the item answered,
+        # attempts.ANSWER_READ) is followed by its replacement
+        if not g.get("stored"):
+            g.stored = True
+            seen.append(("answer", mode(session)) if _postgres(world) else ("answer", False))
         return real_store(session, *args)
 
     def submit(session: Any, *args: Any) -> Any:
