@@ -14,9 +14,10 @@ The table gives the cheapest batch of ``--batch`` attempts of each process (the 
 disturbed by other jobs) and each request kind's CPU in that process's median batch; the bare
 Flask app of ``run_load.py`` runs through the same harness for scale.
 
-``--profile DIR`` runs the current code once more per database under cProfile (the profile
-slows it down: its times are shares, not costs) and writes ``DIR/<db>.prof``, printing the
-functions with the most own time.
+``--profile DIR`` runs the current code once more per database under cProfile on the thread's
+CPU clock (the waits for the database server left out; the profile slows the code down: its
+times are shares, not costs) and writes ``DIR/<db>.prof``, printing the functions with the most
+own time.
 """
 
 from __future__ import annotations
