@@ -8,8 +8,7 @@ of each per round, so clock drift hits both alike), on identical inputs, after c
 both give the same outputs and gradients:
 
 - ``serial``: every backward kernel on the caller's stream, one after another;
-- ``side``: the compressed dk̃/dṽ kernel on the side stream (the default);
-- ``side+win``: the window's dk/dv kernel there too (``SIDE_WINDOW_KV``).
+- ``side``: the compressed dk̃/dṽ kernel on the side stream (the default).
 
 Run 63 also put the forward's value checks on the side stream: no gain (1.00 of the serial
 forward at 64k, 1.014 at 16k), so they stay on the caller's stream.
@@ -35,11 +34,11 @@ import kernels.nsa.backward as backward  # noqa: E402
 from benchmarks._common import commit, diff, nsa_inputs, nsa_shape_args  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
-MODES = {"serial": (False, False), "side": (True, False), "side+win": (True, True)}
+MODES = {"serial": False, "side": True}
 
 
 def _use(mode: str) -> None:
-    backward.SIDE_STREAM, backward.SIDE_WINDOW_KV = MODES[mode]
+    backward.SIDE_STREAM = MODES[mode]
 
 
 def main() -> None:

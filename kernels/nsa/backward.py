@@ -45,9 +45,6 @@ from kernels.nsa.window_bwd import window_bwd_triton
 # The compressed dk̃/dṽ kernel on the side stream (CUDA only; benchmarks flip it to compare):
 # 0.965-0.980 of the serial order's fwd+bwd at 64k, 0.96 at 16k (runs 62-64, one H200).
 SIDE_STREAM = True
-# With SIDE_STREAM, the window's dk/dv kernel there too (into buffers of its own, added at the
-# end; the chain keeps the window's dq): measured in nsa_bwd_overlap.py before a default.
-SIDE_WINDOW_KV = False
 
 
 def unpool_mean_add_(dx: torch.Tensor, dxc: torch.Tensor, cfg: NSAConfig) -> None:
@@ -210,18 +207,8 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
             with on_side(dev, q, kc32, vc, dout, lse_cmp, dd, gates, dkc, dvc) as side:
                 compressed_bwd_triton(*cmp_args, dq=None, dkc=dkc, dvc=dvc, alloc=alloc)
     grads = (dout, lse_win, dd, gates)
-    dk_w = dv_w = None
-    if SIDE_STREAM and SIDE_WINDOW_KV and dev.type == "cuda" and dk is not None:
-        assert dv is not None
-        dk_w, dv_w = alloc(k.shape, dtype=f32, device=dev), alloc(v.shape, dtype=f32, device=dev)
-        with on_side(dev, q, k, v, dout, lse_win, dd, gates, dk_w, dv_w):
-            window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=None, dk=dk_w, dv=dv_w)
-        dk.zero_()  # the selection adds into them
-        dv.zero_()
-        window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=dq, dk=None, dv=None)
-    else:
-        # window first: it overwrites dq, dk, dv (every element), the others add into them
-        window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=dq, dk=dk, dv=dv)
+    # window first: it overwrites dq, dk, dv (every element), the others add into them
+    window_bwd_triton(q, k, v, *grads, cfg.window, dims.scale, dq=dq, dk=dk, dv=dv)
     sel_grads = (dout, lse_slc, dd, gates)
     selection_bwd_triton(
         q, k, v, idx, *sel_grads, cfg, dims.scale, dq=dq, dk=dk, dv=dv,
@@ -236,11 +223,8 @@ def _backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
             *cmp_args, dq=dq, dkc=dkc if on_main else None, dvc=dvc if on_main else None,
             dq_out=dq_final, alloc=alloc,
         )  # fmt: skip
-    if side is not None or dk_w is not None:
-        join(dev)  # dkc, dvc (and the window's dk, dv) are read below
-    if dk_w is not None and dv_w is not None and dk is not None and dv is not None:
-        dk.add_(dk_w)
-        dv.add_(dv_w)
+    if side is not None:
+        join(dev)  # dkc, dvc are read below
     if mean and dk is not None and dv is not None and dkc is not None and dvc is not None:
         unpool_mean_add_(dk, dkc, cfg)
         unpool_mean_add_(dv, dvc, cfg)
