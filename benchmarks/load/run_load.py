@@ -225,11 +225,9 @@ def serving(
     """``app`` served on ``port`` until the block ends; yields the server's pid."""
     argv = server_argv(server, app, port, args)
     if server != "gunicorn" and env.get("PROMETHEUS_MULTIPROC_DIR"):
-        # gunicorn's on_starting hook (service/cli/gunicorn_conf.py) does this for kgrade serve
-        folder = Path(env["PROMETHEUS_MULTIPROC_DIR"])
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("*.db"):
-            stale.unlink()
+        from service.cli.gunicorn_conf import empty_multiproc_dir
+
+        empty_multiproc_dir(env["PROMETHEUS_MULTIPROC_DIR"])  # gunicorn's on_starting does it
     log = open(args.out / f"{server}-{port}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -32,11 +32,16 @@ limit_request_line = 8190
 limit_request_field_size = 32768
 
 
+def empty_multiproc_dir(folder: str | Path) -> None:
+    """Make ``folder`` (a ``PROMETHEUS_MULTIPROC_DIR``) if missing and remove its counts, so
+    those of an earlier run are not added to this one's (service/metrics.py)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for stale in Path(folder).glob("*.db"):
+        stale.unlink(missing_ok=True)
+
+
 def on_starting(server: Any) -> None:
-    """In the master, before any worker: empty ``PROMETHEUS_MULTIPROC_DIR`` (made if missing),
-    so counts of an earlier run are not added to this one's (service/metrics.py)."""
+    """In the master, before any worker: ``empty_multiproc_dir`` on ``PROMETHEUS_MULTIPROC_DIR``."""
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        for stale in Path(folder).glob("*.db"):
-            stale.unlink(missing_ok=True)
+        empty_multiproc_dir(folder)

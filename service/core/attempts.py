@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -250,31 +251,22 @@ _A, _R, _Q = Attempt.__table__.c, ResponseRecord.__table__.c, QuizRecord.__table
 _WITH_ITEM_RESPONSE = Attempt.__table__.outerjoin(
     ResponseRecord.__table__, (_R.attempt_id == _A.id) & (_R.item_id == bindparam("item_id"))
 )
+#: An answer's target, read by position (``_visible_target``): these attempt columns, then
+#: its quiz row's revision and updated_at, then (``_ANSWER_TARGET`` only) the item's answer.
+_ATTEMPT_COLS = ("id", "quiz_id", "course_id", "user_id", "status", "lang", "started_at")
+_ATTEMPT_AND_VERSION = (*(_A[c] for c in _ATTEMPT_COLS), _Q.revision, _Q.updated_at)
 #: The attempt, its quiz row's version and one item's stored answer: one row, no ORM objects
 #: (an answer is most of a quiz's requests; loading the attempt and all its responses as ORM
 #: objects cost more than the rest of the request's database work).
 _ANSWER_TARGET = (
-    select(
-        _A.id,
-        _A.quiz_id,
-        _A.course_id,
-        _A.user_id,
-        _A.status,
-        _A.lang,
-        _A.started_at,
-        _R.id.label("response_id"),
-        _R.times_answered,
-        _Q.revision,
-        _Q.updated_at,
-    )
+    select(*_ATTEMPT_AND_VERSION, _R.id.label("response_id"), _R.times_answered)
     .select_from(_WITH_ITEM_RESPONSE.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
     .where(_A.id == bindparam("attempt_id"))
 )
 _READ_ANSWER_TARGET = Prepared(_ANSWER_TARGET)
-_ATTEMPT_COLS = ("id", "quiz_id", "course_id", "user_id", "status", "lang", "started_at")
 
 
-def _answer_read_params(view_args: Any) -> dict[str, Any] | None:
+def _answer_read_params(view_args: Mapping[str, Any]) -> dict[str, Any] | None:
     attempt_id = view_args.get("attempt_id", "")
     return {"attempt_id": attempt_id} if _ATTEMPT_ID.match(attempt_id) else None
 
@@ -282,10 +274,9 @@ def _answer_read_params(view_args: Any) -> dict[str, Any] | None:
 #: An answer's attempt read in its token lookup's statement (``endpoint(joined=...)``): the
 #: attempt and its quiz row's version, without the item's stored answer (the body is parsed
 #: only after the token is checked). An item answered before then shows at the write, which
-#: inserts nothing, and the answer reads again with the item (``answer``). Columns:
-#: ``_ATTEMPT_COLS``, then the quiz row's revision and updated_at.
+#: inserts nothing, and the answer reads again with the item (``answer``).
 ANSWER_READ = JoinedRead(
-    select(*(_A[c] for c in _ATTEMPT_COLS), _Q.revision, _Q.updated_at)
+    select(*_ATTEMPT_AND_VERSION)
     .select_from(Attempt.__table__.join(QuizRecord.__table__, _Q.id == _A.quiz_id))
     .where(_A.id == bindparam("attempt_id")),
     _answer_read_params,
@@ -423,32 +414,28 @@ def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -
     row = None
     if _ATTEMPT_ID.match(attempt_id):
         row = _READ_ANSWER_TARGET.execute(session.connection(), params).first()
-    _check_visible(actor, attempt_id, row)
-    assert row is not None
-    quizzes_store.note_version(session, row.quiz_id, row.revision, row.updated_at)
-    return _Target(
-        row.id,
-        row.quiz_id,
-        row.course_id,
-        row.user_id,
-        row.status,
-        row.lang,
-        row.started_at,
-        row.response_id,
-        row.times_answered,
-    )
+    return _visible_target(session, actor, attempt_id, row)
 
 
 def _prefetched_target(
     session: Session, actor: Principal, attempt_id: str, read: Prefetched
 ) -> _Target:
-    row = read.row
-    if row is None:
-        _check_visible(actor, attempt_id, None)
-    assert row is not None
+    return _visible_target(session, actor, attempt_id, read.row)
+
+
+def _visible_target(
+    session: Session, actor: Principal, attempt_id: str, row: Sequence[Any] | None
+) -> _Target:
+    """The target of a row of ``_ANSWER_TARGET`` or ``ANSWER_READ`` (without the item's
+    answer: ``response_known`` False), if the actor may answer in it (``_check_visible``)."""
     n = len(_ATTEMPT_COLS)
-    target = _Target(*row[:n], response_id=None, times_answered=None, response_known=False)
+    target = None
+    if row is not None:
+        known = len(row) > n + 2
+        response = tuple(row[n + 2 :]) if known else (None, None)
+        target = _Target(*row[:n], *response, response_known=known)
     _check_visible(actor, attempt_id, target)
+    assert target is not None and row is not None
     quizzes_store.note_version(session, target.quiz_id, row[n], row[n + 1])
     return target
 
