@@ -32,14 +32,11 @@ import torch
 from kernels.nsa import attention as fwd
 from kernels.nsa._bwd_common import bwd_preprocess
 from kernels.nsa._streams import join, on_side
-from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.compressed_bwd import compressed_bwd_triton
 from kernels.nsa.config import NSAAux, NSAConfig
-from kernels.nsa.selection import SELECTION_IMPLS
 from kernels.nsa.selection_bwd import selection_bwd_triton
-from kernels.nsa.torch_path import compress_mean_fast, compressed_torch
+from kernels.nsa.torch_path import compress_mean_fast
 from kernels.nsa.validate import NSADims
-from kernels.nsa.window import window_triton
 from kernels.nsa.window_bwd import window_bwd_triton
 
 # The compressed dk̃/dṽ kernel on the side stream (CUDA only; benchmarks flip it to compare):
@@ -94,29 +91,16 @@ def _forward_parts(
         vc = v_cmp if v_cmp.dtype == kc_dtype else v_cmp.to(kc_dtype)
     want = block_indices is None
     o_dtype = fwd.branch_dtype(kc_dtype)
-    if dims.tc > 0 and banded_scores_ok(cfg):
-        compressed_fn = COMPRESSED_IMPLS[fwd.variant("compressed")]
-        kc_lo = None
-        if split:
-            kc, kc_lo = fwd._split_fp16(kc32)
-        else:
-            kc = kc32.to(kc_dtype)
-        o_cmp, lse_cmp, idx = compressed_fn(
-            q, kc, vc, cfg, dims.scale, want, fwd._alloc, kc_lo=kc_lo, out_dtype=o_dtype
-        )
-    else:  # as the no-grad path: T < l, or l′/d not a power of two
-        kc = kc32 if split else kc32.to(kc_dtype)
-        o_cmp, lse_cmp, idx = compressed_torch(q, kc, vc, cfg, dims.scale, want)
-    if idx is None:
-        assert block_indices is not None
-        idx = block_indices.to(torch.int32).contiguous()
-    selection_fn = SELECTION_IMPLS[fwd.variant("selection")]
-    o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, fwd._alloc, o_dtype)
-    o_win = fwd._alloc(q.shape[:3] + (v.shape[3],), dtype=o_dtype, device=q.device)
-    out, lse_win = window_triton(
-        q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=fwd._alloc,
-        o_win=o_win,
-    )  # fmt: skip
+    kc = kc32 if split else kc32.to(kc_dtype)
+
+    def compressed() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return fwd.compressed_branch(q, kc, vc, cfg, dims, split, want, o_dtype)
+
+    br = fwd.run_branches(q, k, v, gates, cfg, dims, compressed, block_indices, o_dtype, True)
+    o_cmp, o_slc, o_win = br.o
+    assert o_win is not None
+    lse_cmp, lse_slc, lse_win = br.lse
+    out, idx = br.out, br.idx
     return {
         "out": out,
         "kc32": kc32,

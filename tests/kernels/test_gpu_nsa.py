@@ -437,6 +437,68 @@ def test_gpu_backward_side_stream_is_ordered(
             assert err_ratio(a, b.float()) <= 1e-3, f"d{name} differs"
 
 
+@pytest.mark.parametrize("held", ["caller", "side"])
+@pytest.mark.parametrize("mode", ["early", "late"])
+def test_gpu_window_side_is_ordered(monkeypatch: pytest.MonkeyPatch, mode: str, held: str) -> None:
+    """attention.WINDOW_SIDE: the window branch runs on the side stream, yet after q is
+    written ("caller": q made by a copy held back ~50 ms by a GPU sleep) and before the
+    combine reads o_win ("side": the window kernel held back), over NaN-filled buffers on a
+    fresh allocator cache. o_win, lse_win and the other branches must be the fused path's bits;
+    out within one ulp of it (o_win reaches the combine rounded to fp16), and so must the
+    gradients, whose forward runs the same way."""
+    x = _inputs_gpu(1, 2048, 32, 2, 128, torch.bfloat16, PAPER, seed=23)
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    dout = torch.randn(x["q"].shape, device="cuda", generator=gen).to(torch.bfloat16)
+    sleep = 100_000_000  # GPU cycles, ≈ 50 ms at H200 clocks
+    real_win = nsa_attention_mod.window_triton
+    streams: list[torch.cuda.Stream] = []
+
+    def slow_win(*a: object, **kw: object) -> tuple[torch.Tensor, torch.Tensor]:
+        if kw.get("combine") is None:
+            streams.append(torch.cuda.current_stream())
+            if held == "side":
+                torch.cuda._sleep(sleep)
+        return real_win(*a, **kw)
+
+    def run(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        q = inputs["q"]
+        if held == "caller":
+            torch.cuda._sleep(sleep)
+            q = q.clone()  # written only after the sleep, on the caller's stream
+        k, v, g = inputs["k"], inputs["v"], inputs["gates"]
+        out, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
+        if held == "caller":  # the training forward's q held back too
+            torch.cuda._sleep(sleep)
+            q = q.clone()
+        leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v, g)]
+        grads = torch.autograd.grad(nsa_attention(*leaves, PAPER), leaves, dout)
+        torch.cuda.synchronize()
+        return (out, aux.o_win, aux.lse_win, aux.o_slc, aux.o_cmp, *grads)
+
+    # every kernel compiled first, on other inputs (see the backward's side-stream test)
+    monkeypatch.setattr(nsa_attention_mod, "WINDOW_SIDE", mode)
+    run(_inputs_gpu(1, 2048, 32, 2, 128, torch.bfloat16, PAPER, seed=24))
+    monkeypatch.setattr(nsa_attention_mod, "window_triton", slow_win)
+    streams.clear()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    got = run(x)
+    assert len(streams) == 2 and all(s != torch.cuda.current_stream() for s in streams)
+    monkeypatch.setattr(nsa_attention_mod, "WINDOW_SIDE", None)
+    held = "neither"
+    want = run(x)
+    names = ("out", "o_win", "lse_win", "o_slc", "o_cmp", "dq", "dk", "dv", "dgates")
+    for name, a, b in zip(names, got, want, strict=True):
+        assert torch.isfinite(a).all(), f"non-finite {name}"
+        if name in ("o_win", "lse_win", "o_slc", "o_cmp"):
+            assert torch.equal(a, b), f"{name} differs"
+        elif name == "out":
+            ulp = torch.finfo(b.dtype).eps * torch.maximum(a.float().abs(), b.float().abs())
+            assert ((a.float() - b.float()).abs() <= ulp).all(), "out differs by more than an ulp"
+        else:  # the selection's atomic adds may sum in another order
+            assert err_ratio(a, b.float()) <= 1e-3, f"{name} differs"
+
+
 def test_gpu_backward_matches_cpu_path_fp32() -> None:
     """fp32: the Triton backward (exact dots) against the CPU PyTorch path's autograd."""
     q, k, v, g = make_inputs(1, 700, 8, 2, 32, torch.float32, seed=9)
