@@ -1,8 +1,7 @@
 """A side stream per CUDA device for NSA work that need not wait in line.
 
 The backward's compressed dk̃/dṽ kernel runs there (it needs only the forward's tensors and D)
-beside the chain of kernels that add into dq, dk, dv; the forward's window branch can
-(``attention.WINDOW_SIDE``). Work on the side starts after
+beside the chain of kernels that add into dq, dk, dv. Work on the side starts after
 everything the caller's stream had queued, and whoever reads its results waits for it
 (``join``). The forward's value checks were tried there too and gained nothing (run 63:
 1.00 of the serial forward at 64k, 1.014 at 16k): they stay on the caller's stream.
@@ -26,16 +25,12 @@ def side_stream(dev: torch.device) -> torch.cuda.Stream:
 
 
 @contextmanager
-def on_side(dev: torch.device, *uses: torch.Tensor | None) -> Iterator[torch.cuda.Stream | None]:
+def on_side(dev: torch.device, *uses: torch.Tensor | None) -> Iterator[torch.cuda.Stream]:
     """Launch the block's work on the side stream, after all the caller's stream has queued.
 
     ``uses``: tensors from the caller's stream that the side reads or writes; their memory is
     not handed out again before the side's work on them is done, even if freed meanwhile.
-    Off CUDA (the Triton interpreter) there are no streams: the block runs in line (None).
     """
-    if dev.type != "cuda":
-        yield None
-        return
     side = side_stream(dev)
     side.wait_stream(torch.cuda.current_stream(dev))
     with torch.cuda.stream(side):
@@ -45,15 +40,6 @@ def on_side(dev: torch.device, *uses: torch.Tensor | None) -> Iterator[torch.cud
             x.record_stream(side)
 
 
-def join(dev: torch.device, *made: torch.Tensor | None) -> None:
-    """The caller's stream waits for all the side stream has queued so far.
-
-    ``made``: tensors allocated on the side that the caller's stream uses from now on; their
-    memory is not handed out again before the caller's work on them is done."""
-    if dev.type != "cuda":
-        return
-    main = torch.cuda.current_stream(dev)
-    main.wait_stream(side_stream(dev))
-    for x in made:
-        if x is not None:
-            x.record_stream(main)
+def join(dev: torch.device) -> None:
+    """The caller's stream waits for all the side stream has queued so far."""
+    torch.cuda.current_stream(dev).wait_stream(side_stream(dev))

@@ -13,9 +13,7 @@ from typing import TypeVar
 
 import torch
 
-from kernels.nsa._streams import join, on_side
 from kernels.nsa._triton_common import interpreting, use_triton
-from kernels.nsa.combine import combine_triton
 from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.config import NSAAux, NSAConfig
 from kernels.nsa.selection import SELECTION_IMPLS
@@ -50,13 +48,6 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
 DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
-
-# Where the window branch runs on CUDA (benchmarks flip it to compare: nsa_bwd_overlap.py):
-# None → on the caller's stream after the selection, the gated combine fused into its
-# epilogue; "early" → on the side stream (_streams.py) from the start, beside the compressed
-# branch, top-n and selection; "late" → on the side stream beside the selection only. With
-# either side mode the combine is a kernel of its own (combine.py), run once both are done.
-WINDOW_SIDE: str | None = None
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",
@@ -265,21 +256,17 @@ def _forward(
             kc = kc.to(kc_dtype)
         if fast and vc.dtype != kc_dtype:
             vc = vc.to(kc_dtype)
-    want = block_indices is None
     o_dtype = branch_dtype(kc_dtype)
-
-    def compressed() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        return compressed_branch(q, kc, vc, cfg, dims, split, want, o_dtype, fast)
-
+    o_cmp, lse_cmp, idx = compressed_branch(
+        q, kc, vc, cfg, dims, split, block_indices, o_dtype, fast
+    )
     if fast:
-        br = run_branches(q, k, v, gates, cfg, dims, compressed, block_indices, o_dtype, return_aux)
+        br = selection_and_window(
+            q, k, v, gates, cfg, dims, o_cmp, lse_cmp, idx, o_dtype, return_aux
+        )
         if not return_aux:
             return br.out
         return br.out, NSAAux(br.idx, *br.lse, *br.o).fp32_outputs()
-    o_cmp, lse_cmp, idx = compressed()
-    if idx is None:
-        assert block_indices is not None
-        idx = block_indices.to(torch.int32).contiguous()
     o_slc, lse_slc = selection_torch(q, k, v, idx, cfg, dims.scale)
     o_win, lse_win = window_torch(q, k, v, cfg, dims.scale)
     gf = gates.float()
@@ -297,23 +284,31 @@ def compressed_branch(
     cfg: NSAConfig,
     dims: NSADims,
     split: bool,
-    want: bool,
+    block_indices: torch.Tensor | None,
     o_dtype: torch.dtype,
     fast: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The compressed branch → (o_cmp, lse_cmp, top-n indices, or None unless ``want``).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The compressed branch → (o_cmp, lse_cmp, the block indices: its top-n, or
+    ``block_indices`` as int32 when given).
 
     kc: in fp32 when ``split`` (the kernel gets fp16 hi + lo parts of it), else as stored.
+    Shared by the no-grad forward and ``backward._forward_parts``.
     """
+    want = block_indices is None
     if fast and dims.tc > 0 and banded_scores_ok(cfg):
         compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
         kc_hi, kc_lo = _split_fp16(kc) if split else (kc, None)
-        return compressed_fn(
+        o_cmp, lse_cmp, idx = compressed_fn(
             q, kc_hi, vc, cfg, dims.scale, want, _alloc, kc_lo=kc_lo, out_dtype=o_dtype
         )
-    # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split k̃
-    # is still fp32 here
-    return compressed_torch(q, kc, vc, cfg, dims.scale, want)
+    else:
+        # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
+        # k̃ is still fp32 here
+        o_cmp, lse_cmp, idx = compressed_torch(q, kc, vc, cfg, dims.scale, want)
+    if idx is None:
+        assert block_indices is not None
+        idx = block_indices.to(torch.int32).contiguous()
+    return o_cmp, lse_cmp, idx
 
 
 @dataclass
@@ -326,56 +321,34 @@ class Branches:
     idx: torch.Tensor
 
 
-def run_branches(
+def selection_and_window(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     gates: torch.Tensor,
     cfg: NSAConfig,
     dims: NSADims,
-    compressed: Callable[[], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-    block_indices: torch.Tensor | None,
+    o_cmp: torch.Tensor,
+    lse_cmp: torch.Tensor,
+    idx: torch.Tensor,
     o_dtype: torch.dtype,
     keep_o_win: bool,
 ) -> Branches:
-    """The three branches and the gated combine on the Triton path, given the launch of the
-    compressed branch (→ o_cmp, lse_cmp, the top-n indices or None for ``block_indices``).
+    """The selection and window branches and the gated combine on the Triton path, after
+    ``compressed_branch``. Shared by the no-grad forward and ``backward._forward_parts``.
 
-    Shared by the no-grad forward and ``backward._forward_parts``; ``keep_o_win``: also keep
-    the window branch's own output (in o_dtype), as the backward and the aux need it.
+    ``keep_o_win``: the window kernel also writes its branch's own output (in o_dtype), as
+    the backward and the aux need. The window kernel runs last and combines in its epilogue.
+    Running it on a side stream instead, beside the compressed branch or the selection, with
+    the combine as a kernel of its own, was slower (run 71: the forward at 1.013-1.021 of
+    this order, 16k and 64k).
     """
-    dev = q.device
-    side = WINDOW_SIDE  # off CUDA (the interpreter) in line, but with the side modes' kernels
-    if side not in (None, "early", "late"):
-        raise ValueError(f"WINDOW_SIDE must be None, 'early' or 'late', not {side!r}")
-    o_win = None
-    if keep_o_win or side is not None:
-        o_win = _alloc(q.shape[:3] + (v.shape[3],), dtype=o_dtype, device=dev)
-    lse_win: torch.Tensor | None = None
-
-    def window_on_side() -> torch.Tensor:
-        with on_side(dev, q, k, v, o_win):
-            _, lse = window_triton(q, k, v, cfg.window, dims.scale, alloc=_alloc, o_win=o_win)
-        return lse
-
-    if side == "early":
-        lse_win = window_on_side()
-    o_cmp, lse_cmp, idx = compressed()
-    if idx is None:
-        assert block_indices is not None
-        idx = block_indices.to(torch.int32).contiguous()
-    if side == "late":
-        lse_win = window_on_side()
     selection_fn = SELECTION_IMPLS[variant("selection")]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
-    if lse_win is not None:
-        assert o_win is not None
-        join(dev, lse_win)
-        o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
-        out = combine_triton(o_cmp, o_slc, o_win, gates, q.dtype, _alloc)
-    else:
-        out, lse_win = window_triton(
-            q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc,
-            o_win=o_win,
-        )  # fmt: skip
+    o_win = None
+    if keep_o_win:
+        o_win = _alloc(q.shape[:3] + (v.shape[3],), dtype=o_dtype, device=q.device)
+    out, lse_win = window_triton(
+        q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc, o_win=o_win
+    )
     return Branches(out, (o_cmp, o_slc, o_win), (lse_cmp, lse_slc, lse_win), idx)

@@ -89,20 +89,14 @@ def _forward_parts(
         assert k_cmp is not None and v_cmp is not None
         kc32 = k_cmp.float().contiguous()
         vc = v_cmp if v_cmp.dtype == kc_dtype else v_cmp.to(kc_dtype)
-    want = block_indices is None
     o_dtype = fwd.branch_dtype(kc_dtype)
     kc = kc32 if split else kc32.to(kc_dtype)
-
-    def compressed() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        return fwd.compressed_branch(q, kc, vc, cfg, dims, split, want, o_dtype)
-
-    br = fwd.run_branches(q, k, v, gates, cfg, dims, compressed, block_indices, o_dtype, True)
-    o_cmp, o_slc, o_win = br.o
-    assert o_win is not None
-    lse_cmp, lse_slc, lse_win = br.lse
-    out, idx = br.out, br.idx
+    o_cmp, lse_cmp, idx = fwd.compressed_branch(q, kc, vc, cfg, dims, split, block_indices, o_dtype)
+    br = fwd.selection_and_window(q, k, v, gates, cfg, dims, o_cmp, lse_cmp, idx, o_dtype, True)
+    o_slc, o_win = br.o[1:]
+    lse_slc, lse_win = br.lse[1:]
     return {
-        "out": out,
+        "out": br.out,
         "kc32": kc32,
         "vc": vc.contiguous(),
         "split": split,

@@ -159,7 +159,7 @@ def nsa_window_fwd_kernel(
         if WRITE_OW:
             tl.store(OW + optr, o_win.to(OW.dtype.element_ty), mask=omask)
     else:
-        tl.store(O + optr, o_win.to(O.dtype.element_ty), mask=omask)
+        tl.store(O + optr, o_win, mask=omask)
 
 
 def window_triton(
@@ -173,9 +173,9 @@ def window_triton(
     alloc: object = torch.empty,
     o_win: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Window branch. combine=None → (o_win, lse_win), o_win fp32 or, when given, written into
-    ``o_win``; combine=(o_cmp, o_slc, gates) → (out in q.dtype, lse_win) with
-    out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32 (o_cmp, o_slc fp32 or fp16).
+    """Window branch. combine=None → (o_win fp32, lse_win); combine=(o_cmp, o_slc, gates) →
+    (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32
+    (o_cmp, o_slc fp32 or fp16).
 
     With combine, o_win (a contiguous fp32 or fp16 [B, T, Hq, Dv] buffer) also receives the window
     branch's own output, for the backward (one pass instead of a second window kernel)."""
@@ -183,14 +183,8 @@ def window_triton(
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
     dev = q.device
-    if o_win is not None:
-        assert o_win.shape == (b, t, hq, dv) and o_win.is_contiguous()
-        assert o_win.dtype in (torch.float32, torch.float16)
-    if combine is None and o_win is not None:
-        o = o_win
-    else:
-        out_dtype = q.dtype if combine is not None else torch.float32
-        o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
+    out_dtype = q.dtype if combine is not None else torch.float32
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     if combine is not None:
         o_cmp, o_slc, gates = combine
@@ -199,7 +193,8 @@ def window_triton(
         o_cmp = o_slc = gates = o  # unused placeholders (COMBINE=False never reads them)
     write_ow = combine is not None and o_win is not None
     if write_ow:
-        assert o.is_contiguous()
+        assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
+        assert o_win.dtype in (torch.float32, torch.float16) and o.is_contiguous()
 
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)

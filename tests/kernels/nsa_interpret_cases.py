@@ -18,7 +18,6 @@ import kernels.nsa.compressed as compressed_mod
 from kernels.nsa import NSAConfig, nsa_attention
 from kernels.nsa._bwd_common import bwd_preprocess
 from kernels.nsa.attention import _split_fp16
-from kernels.nsa.combine import combine_triton
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
 from kernels.nsa.selection import SELECTION_IMPLS
@@ -421,64 +420,3 @@ def test_fp16_branch_outputs_round_only_the_store(sel_variant: str) -> None:
     d16 = bwd_preprocess(dout, c16, s16, s16, alloc)
     d32 = bwd_preprocess(dout, c16.float(), s16.float(), s16.float(), alloc)
     assert torch.equal(d16, d32)
-
-
-@pytest.mark.parametrize("branch_dtype", [torch.float32, torch.float16])
-def test_combine_kernel_is_the_fused_epilogue(branch_dtype: torch.dtype) -> None:
-    """combine.py's kernel (the side-stream modes' combine) gives the window kernel's fused
-    combine bit for bit, from an o_win the window kernel wrote into a given buffer, with
-    gates read through strides (a slice of a wider tensor) and rows not a multiple of the
-    kernel's 32 (B 2, T 37, Hq 3: 222 rows), Dv 24 (not a power of two)."""
-    t, hq, d = 37, 3, 24
-    q, k, v, _ = make_inputs(2, t, hq, 1, d, torch.bfloat16, seed=31)
-    gen = torch.Generator().manual_seed(32)
-    gates = torch.rand(2, t, hq, 5, generator=gen).to(torch.bfloat16)[..., 1:4]
-    assert not gates.is_contiguous()
-    o_c, o_s = (torch.randn(q.shape, generator=gen).to(branch_dtype) for _ in range(2))
-    scale, alloc = d**-0.5, nsa_attention_mod._alloc
-    o_w = alloc(q.shape, dtype=branch_dtype, device=q.device)
-    got_w, lse_w = window_triton(q, k, v, 11, scale, alloc=alloc, o_win=o_w)
-    assert got_w is o_w and not torch.isnan(o_w).any()
-    out = combine_triton(o_c, o_s, o_w, gates, q.dtype, alloc)
-    fused, lse_f = window_triton(
-        q, k, v, 11, scale, combine=(o_c, o_s, gates), alloc=alloc, o_win=torch.empty_like(o_w)
-    )
-    assert out.dtype == q.dtype and torch.equal(lse_w, lse_f)
-    if branch_dtype == torch.float32:  # o_win then reaches the combine unrounded both ways
-        assert torch.equal(out, fused)
-    else:  # the fused epilogue's o_win is unrounded: within out's own (bf16) rounding
-        assert (out.float() - fused.float()).abs().max() <= 2**-7 * fused.float().abs().max()
-    g = gates.float()
-    want = g[..., 0:1] * o_c.float() + g[..., 1:2] * o_s.float() + g[..., 2:3] * o_w.float()
-    # in fp32: the interpreter rounds to bf16 its own way (the GPU test compares bf16 out)
-    assert torch.equal(combine_triton(o_c, o_s, o_w, gates, torch.float32, alloc), want)
-    with pytest.raises(ValueError, match="o_slc must be contiguous"):
-        combine_triton(o_c, o_s.transpose(1, 2), o_w, gates, q.dtype)
-
-
-@pytest.mark.parametrize("mode", ["early", "late"])
-def test_window_side_modes_match_the_fused_path(monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
-    """attention.WINDOW_SIDE: the window branch launched on its own (here in line: the
-    interpreter has no streams) and the combine kernel after the selection give the default
-    path's out, aux and gradients, bit for bit (fp32: every branch output stays fp32)."""
-    cfg = MID
-    q, k, v, g = make_inputs(1, 70, 4, 2, 16, torch.float32, seed=33)
-    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(34))
-
-    def run() -> tuple[torch.Tensor, ...]:
-        out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
-        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, g)]
-        grads = torch.autograd.grad(nsa_attention(*leaves, cfg), leaves, dout)
-        return (out, aux.o_win, aux.lse_win, aux.o_slc, *grads)
-
-    monkeypatch.setattr(nsa_attention_mod, "WINDOW_SIDE", None)
-    want = run()
-    monkeypatch.setattr(nsa_attention_mod, "WINDOW_SIDE", mode)
-    got = run()
-    names = ("out", "o_win", "lse_win", "o_slc", "dq", "dk", "dv", "dgates")
-    for name, a, b in zip(names, got, want, strict=True):
-        assert not torch.isnan(a).any(), name
-        assert torch.equal(a, b), f"{name} differs"
-    monkeypatch.setattr(nsa_attention_mod, "WINDOW_SIDE", "sideways")
-    with pytest.raises(ValueError, match="WINDOW_SIDE"):
-        nsa_attention(q, k, v, g, cfg)
