@@ -178,7 +178,7 @@ def window_triton(
     (o_cmp, o_slc fp32 or fp16).
 
     With combine, o_win (a contiguous fp32 or fp16 [B, T, Hq, Dv] buffer) also receives the window
-    branch's own output, for the backward (one pass instead of a second window kernel)."""
+    branch's own output, for the backward and the aux (one pass, not a second window kernel)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
