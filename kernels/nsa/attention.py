@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -261,17 +260,15 @@ def _forward(
         q, kc, vc, cfg, dims, split, block_indices, o_dtype, fast
     )
     if fast:
-        br = selection_and_window(
-            q, k, v, gates, cfg, dims, o_cmp, lse_cmp, idx, o_dtype, return_aux
+        out, o_slc, lse_slc, o_win, lse_win = selection_and_window(
+            q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, return_aux
         )
-        if not return_aux:
-            return br.out
-        return br.out, NSAAux(br.idx, *br.lse, *br.o).fp32_outputs()
-    o_slc, lse_slc = selection_torch(q, k, v, idx, cfg, dims.scale)
-    o_win, lse_win = window_torch(q, k, v, cfg, dims.scale)
-    gf = gates.float()
-    out = gf[..., 0:1] * o_cmp + gf[..., 1:2] * o_slc + gf[..., 2:3] * o_win
-    out = out.to(q.dtype)
+    else:
+        o_slc, lse_slc = selection_torch(q, k, v, idx, cfg, dims.scale)
+        o_win, lse_win = window_torch(q, k, v, cfg, dims.scale)
+        gf = gates.float()
+        out = gf[..., 0:1] * o_cmp + gf[..., 1:2] * o_slc + gf[..., 2:3] * o_win
+        out = out.to(q.dtype)
     if not return_aux:
         return out
     return out, NSAAux(idx, lse_cmp, lse_slc, lse_win, o_cmp, o_slc, o_win).fp32_outputs()
@@ -311,16 +308,6 @@ def compressed_branch(
     return o_cmp, lse_cmp, idx
 
 
-@dataclass
-class Branches:
-    """The Triton forward's results: out in q's dtype and each branch's (cmp, slc, win)."""
-
-    out: torch.Tensor
-    o: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # o_win: None unless kept
-    lse: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-    idx: torch.Tensor
-
-
 def selection_and_window(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -329,13 +316,13 @@ def selection_and_window(
     cfg: NSAConfig,
     dims: NSADims,
     o_cmp: torch.Tensor,
-    lse_cmp: torch.Tensor,
     idx: torch.Tensor,
     o_dtype: torch.dtype,
     keep_o_win: bool,
-) -> Branches:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """The selection and window branches and the gated combine on the Triton path, after
-    ``compressed_branch``. Shared by the no-grad forward and ``backward._forward_parts``.
+    ``compressed_branch``: (out in q's dtype, o_slc, lse_slc, o_win or None, lse_win).
+    Shared by the no-grad forward and ``backward._forward_parts``.
 
     ``keep_o_win``: the window kernel also writes its branch's own output (in o_dtype), as
     the backward and the aux need. The window kernel runs last and combines in its epilogue.
@@ -351,4 +338,4 @@ def selection_and_window(
     out, lse_win = window_triton(
         q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc, o_win=o_win
     )
-    return Branches(out, (o_cmp, o_slc, o_win), (lse_cmp, lse_slc, lse_win), idx)
+    return out, o_slc, lse_slc, o_win, lse_win

@@ -92,11 +92,11 @@ def _forward_parts(
     o_dtype = fwd.branch_dtype(kc_dtype)
     kc = kc32 if split else kc32.to(kc_dtype)
     o_cmp, lse_cmp, idx = fwd.compressed_branch(q, kc, vc, cfg, dims, split, block_indices, o_dtype)
-    br = fwd.selection_and_window(q, k, v, gates, cfg, dims, o_cmp, lse_cmp, idx, o_dtype, True)
-    o_slc, o_win = br.o[1:]
-    lse_slc, lse_win = br.lse[1:]
+    out, o_slc, lse_slc, o_win, lse_win = fwd.selection_and_window(
+        q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, True
+    )
     return {
-        "out": br.out,
+        "out": out,
         "kc32": kc32,
         "vc": vc.contiguous(),
         "split": split,

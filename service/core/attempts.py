@@ -358,7 +358,7 @@ def answer(
     # an id no item can have (a NUL byte, say) looks up none: the check below names it
     params = {"attempt_id": attempt_id, "item_id": item_id if _ITEM_ID.match(item_id) else ""}
     if read is not None:
-        target = _prefetched_target(session, actor, attempt_id, read)
+        target = _visible_target(session, actor, attempt_id, read.row)
     else:
         target = _answer_target(session, actor, params)
     quiz, item, values = _check_answer(session, actor, target, item_id, chosen)
@@ -415,12 +415,6 @@ def _answer_target(session: Session, actor: Principal, params: dict[str, str]) -
     if _ATTEMPT_ID.match(attempt_id):
         row = _READ_ANSWER_TARGET.execute(session.connection(), params).first()
     return _visible_target(session, actor, attempt_id, row)
-
-
-def _prefetched_target(
-    session: Session, actor: Principal, attempt_id: str, read: Prefetched
-) -> _Target:
-    return _visible_target(session, actor, attempt_id, read.row)
 
 
 def _visible_target(
