@@ -124,3 +124,38 @@ def test_ring_simulation_gpu(world_size, layout, backend):
     if t not in _REF_CACHE:
         _REF_CACHE[t] = _reference(q, k, v, causal=True, chunk=1024)
     assert_attention_close(out, lse, *_REF_CACHE[t])
+
+
+# (B, T, Hq, Hkv, D): odd lengths leave partial query and key tiles; GQA and MQA map heads.
+GLUON_SHAPES = [
+    (2, 4096, 16, 4, 128),
+    (1, 3001, 8, 1, 128),
+    (2, 1000, 4, 4, 64),
+    (1, 129, 2, 1, 128),
+]
+# (block_n, stages): the configurations the benchmark times.
+GLUON_CONFIGS = [(128, 2), (128, 3), (64, 2), (64, 4)]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="the Gluon kernel needs sm_90",
+)
+@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("config", GLUON_CONFIGS, ids=lambda c: f"n{c[0]}s{c[1]}")
+def test_gluon_kernel_gpu(shape, causal, config):
+    from kernels.attention.gluon_fwd import block_attention_gluon
+
+    b, t, hq, hkv, d = shape
+    q, k, v = (
+        _rand(b, t, hq, d, seed=1),
+        _rand(b, t, hkv, d, seed=2),
+        _rand(b, t, hkv, d, seed=3),
+    )
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, t), float("nan"), device="cuda")
+    block_attention_gluon(
+        q, k, v, causal=causal, block_n=config[0], stages=config[1], out=out, lse=lse
+    )
+    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))

@@ -1,0 +1,272 @@
+"""Block attention forward for Hopper written in Gluon (Triton's explicit-layout dialect).
+
+The Triton kernel in ``block_attention.py`` leaves scheduling to the compiler, which waits on every
+tensor-core op before the softmax that needs it. Here the loop is laid out by hand, FA3-style:
+
+* a one-warp producer partition streams K and V tiles through a ring of shared-memory stages with
+  TMA and mbarriers, so loads never sit in the consumers' instruction stream;
+* the consumer warps issue S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back as asynchronous
+  wgmma ops, then run S_j's softmax while O's wgmma is still on the tensor cores (intra-warpgroup
+  overlap), and only wait for O before rescaling it.
+
+Hopper only (sm_90, wgmma and TMA), bf16/fp16, D in {64, 128}, equal-length Q and K/V chunks
+(local causal ``i >= j`` or no mask), batch-contiguous [B, T, H, D] inputs. There is no
+interpreter for Gluon, so the kernel is checked on the GPU against ``naive.py``
+(``tests/kernels/test_gpu_attention.py``); ``block_attention_gluon`` refuses what it cannot run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+_LOG2E = 1.4426950408889634
+
+
+@gluon.jit
+def _loader(
+    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+    q_bar, k_ready, v_ready, k_empty, v_empty,
+    q_row, kv_row, q_col, kv_col, n_tiles,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, q_col], q_bar, q_smem)
+    for j in range(n_tiles):
+        st = j % STAGES
+        # A fresh barrier counts as having completed the phase before 0, so the first round
+        # of each stage does not wait.
+        ph = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(st), ph)
+        mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(st), k_smem.index(st)
+        )
+        mbarrier.wait(v_empty.index(st), ph)
+        mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(st), v_smem.index(st)
+        )
+
+
+@gluon.jit
+def _masked(s, q_start, k_start, T, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+    rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    cols = k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    keep = gl.expand_dims(cols < T, 0)
+    if CAUSAL:
+        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+    return gl.where(keep, s, float("-inf"))
+
+
+@gluon.jit
+def _consumer(
+    q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+    n_tiles, n_unmasked, q_start, T, qk_scale,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+    STAGES: gl.constexpr, CAUSAL: gl.constexpr, ARRIVALS: gl.constexpr,
+):  # fmt: skip
+    nw: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, HEAD_D, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    dtype: gl.constexpr = q_smem.dtype
+    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+
+    mbarrier.wait(q_bar, 0)
+    # Tile 0 on its own: there is no P yet to multiply with V.
+    mbarrier.wait(k_ready.index(0), 0)
+    s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    mbarrier.arrive(k_empty.index(0), count=ARRIVALS)
+    s = _masked(s, q_start, 0, T, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+    m_i = gl.max(s, 1) * qk_scale  # [BLOCK_M], log2 units
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+    l_i = gl.sum(p, 1)
+    p_op = gl.convert_layout(p.to(dtype), p_layout)
+
+    for j in range(1, n_tiles):
+        st = j % STAGES
+        pst = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
+        s = warpgroup_mma(
+            q_smem, k_smem.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True
+        )
+        mbarrier.wait(v_ready.index(pst), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+        # wgmma groups retire in order: one outstanding means S_j is done, P V still running.
+        s = warpgroup_mma_wait(1, deps=(s,))
+        mbarrier.arrive(k_empty.index(st), count=ARRIVALS)
+        if j >= n_unmasked:
+            s = _masked(s, q_start, j * BLOCK_N, T, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(pst), count=ARRIVALS)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        m_i = m_new
+
+    last = (n_tiles - 1) % STAGES
+    mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(v_empty.index(last), count=ARRIVALS)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    return acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o)
+
+
+@gluon.jit
+def block_attention_gluon_fwd_kernel(
+    q_desc, k_desc, v_desc, out_ptr, lse_ptr,
+    T, Hq, GROUP, stride_ot, stride_oh, qk_scale,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, ARRIVALS: gl.constexpr,
+):  # fmt: skip
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+
+    num_m = gl.cdiv(T, BLOCK_M)
+    # Heaviest causal tiles (the last query rows) first, so the tail of the grid is short ones.
+    m_blk = num_m - 1 - gl.program_id(0)
+    bh = gl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    q_start = m_blk * BLOCK_M
+    if CAUSAL:
+        kv_end = gl.minimum(q_start + BLOCK_M, T)
+        n_unmasked = q_start // BLOCK_N
+    else:
+        kv_end = T
+        n_unmasked = T // BLOCK_N
+    n_tiles = gl.cdiv(kv_end, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=ARRIVALS)
+        mbarrier.init(v_empty.index(i), count=ARRIVALS)
+
+    q_row = b * T + q_start
+    kv_row = b * T
+    q_col = h * HEAD_D
+    kv_col = (h // GROUP) * HEAD_D
+    acc, m_i, l_i = gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
+                 n_tiles, n_unmasked, q_start, T, qk_scale,
+                 BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, ARRIVALS),
+            ),
+            (
+                _loader,
+                (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
+                 q_bar, k_ready, v_ready, k_empty, v_empty,
+                 q_row, kv_row, q_col, kv_col, n_tiles, BLOCK_N, STAGES),
+            ),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
+    o = acc / gl.expand_dims(l_i, 1)
+    o = gl.convert_layout(o.to(dtype), out_layout)
+    rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
+    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, out_layout))
+    base = out_ptr + b.to(gl.int64) * T * stride_ot + h * stride_oh
+    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_ot, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, o, mask=gl.expand_dims(rows < T, 1))
+    # lse in natural-log units, like the Triton kernel and cuDNN.
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    lse_rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc.type.layout))
+    gl.store(lse_ptr + bh.to(gl.int64) * T + lse_rows, lse, mask=lse_rows < T)
+
+
+def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why the Gluon kernel cannot take these inputs, or None when it can."""
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        return "the Gluon kernel needs a Hopper GPU (sm_90)"
+    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
+        return "the Gluon kernel takes bf16 or fp16 q, k, v of one dtype"
+    if q.shape[-1] not in (64, 128):
+        return f"the Gluon kernel takes head dim 64 or 128, got {q.shape[-1]}"
+    if q.shape[1] != k.shape[1]:
+        return "the Gluon kernel takes equal query and key lengths (one ring block)"
+    if not all(x.is_contiguous() for x in (q, k, v)):
+        return "the Gluon kernel takes contiguous [B, T, H, D] tensors"
+    return None
+
+
+def block_attention_gluon(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+    block_m: int = 128,
+    block_n: int = 128,
+    stages: int = 2,
+    num_warps: int = 8,
+    out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """out [B, T, Hq, D], lse [B, Hq, T] fp32 (natural log) of softmax(q k^T * scale) v."""
+    why = gluon_supported(q, k, v)
+    if why is not None:
+        raise ValueError(why)
+    b, t, hq, d = q.shape
+    hkv = k.shape[2]
+    if hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    if out is None:
+        out = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
+    gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+    q2, k2, v2 = q.view(b * t, hq * d), k.view(b * t, hkv * d), v.view(b * t, hkv * d)
+    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
+    q_desc = TensorDescriptor.from_tensor(q2, [block_m, d], q_layout)
+    k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
+    v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
+    grid = (triton.cdiv(t, block_m), b * hq)
+    block_attention_gluon_fwd_kernel[grid](
+        q_desc, k_desc, v_desc, out, lse,
+        t, hq, hq // hkv, out.stride(1), out.stride(2), scale * _LOG2E,
+        CAUSAL=bool(causal), STAGES=stages, ARRIVALS=1, num_warps=num_warps,
+    )  # fmt: skip
+    return out, lse
