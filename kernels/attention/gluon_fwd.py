@@ -36,13 +36,15 @@ _LOG2E = 1.4426950408889634
 
 @gluon.jit
 def _loader(
-    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-    q_bar, k_ready, v_ready, k_empty, v_empty,
-    q_row, kv_row, q_col, kv_col, n_tiles,
-    BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+    q_desc, k_desc, v_desc, q_smem, bufs, q_row, kv_row, q_col, kv_col, n_tiles,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, Q_TILES: gl.constexpr,
 ):  # fmt: skip
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, q_col], q_bar, q_smem)
+    k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty = bufs
+    q_rows: gl.constexpr = q_desc.block_type.shape[0]
+    q_bytes: gl.constexpr = Q_TILES * q_desc.block_type.nbytes
+    mbarrier.expect(q_bar, q_bytes)
+    for i in gl.static_range(Q_TILES):
+        tma.async_copy_global_to_shared(q_desc, [q_row + i * q_rows, q_col], q_bar, q_smem.index(i))
     for j in range(n_tiles):
         st = j % STAGES
         # A fresh barrier counts as having completed the phase before 0, so the first round
@@ -73,11 +75,13 @@ def _masked(s, q_start, k_start, T, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
 
 @gluon.jit
 def _consumer(
-    q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-    n_tiles, n_unmasked, q_start, T, qk_scale,
-    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-    STAGES: gl.constexpr, CAUSAL: gl.constexpr, ARRIVALS: gl.constexpr,
+    q_smem, bufs, dst, n_tiles, q_start, T, qk_scale,
+    ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+    STAGES: gl.constexpr, CAUSAL: gl.constexpr,
 ):  # fmt: skip
+    """Attention of ROWS query rows from q_start over the streamed K/V tiles, stored at the end."""
+    k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty = bufs
+    out_ptr, lse_ptr, b, h, bh, stride_ot, stride_oh = dst
     nw: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, BLOCK_N, 16]
@@ -87,17 +91,18 @@ def _consumer(
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     dtype: gl.constexpr = q_smem.dtype
-    zero_s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    acc = gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout)
+    zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
+    n_unmasked = q_start // BLOCK_N if CAUSAL else T // BLOCK_N
 
     mbarrier.wait(q_bar, 0)
     # Tile 0 on its own: there is no P yet to multiply with V.
     mbarrier.wait(k_ready.index(0), 0)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
-    mbarrier.arrive(k_empty.index(0), count=ARRIVALS)
-    s = _masked(s, q_start, 0, T, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
-    m_i = gl.max(s, 1) * qk_scale  # [BLOCK_M], log2 units
+    mbarrier.arrive(k_empty.index(0), count=1)
+    s = _masked(s, q_start, 0, T, CAUSAL, ROWS, BLOCK_N, s_layout)
+    m_i = gl.max(s, 1) * qk_scale  # [ROWS], log2 units
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, 1)
     p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -113,15 +118,15 @@ def _consumer(
         acc = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
         # wgmma groups retire in order: one outstanding means S_j is done, P V still running.
         s = warpgroup_mma_wait(1, deps=(s,))
-        mbarrier.arrive(k_empty.index(st), count=ARRIVALS)
+        mbarrier.arrive(k_empty.index(st), count=1)
         if j >= n_unmasked:
-            s = _masked(s, q_start, j * BLOCK_N, T, CAUSAL, BLOCK_M, BLOCK_N, s_layout)
+            s = _masked(s, q_start, j * BLOCK_N, T, CAUSAL, ROWS, BLOCK_N, s_layout)
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
         l_i = l_i * alpha + gl.sum(p, 1)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(pst), count=ARRIVALS)
+        mbarrier.arrive(v_empty.index(pst), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
@@ -130,20 +135,41 @@ def _consumer(
     mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(v_empty.index(last), count=ARRIVALS)
+    mbarrier.arrive(v_empty.index(last), count=1)
+
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    return acc, gl.convert_layout(m_i, row_o), gl.convert_layout(l_i, row_o)
+    m_i = gl.convert_layout(m_i, row_o)
+    l_i = gl.convert_layout(l_i, row_o)
+    # Stored straight from the wgmma layout: a layout conversion would need a shared-memory
+    # scratch tile per partition, which the K/V stages need more.
+    o = (acc / gl.expand_dims(l_i, 1)).to(dtype)
+    rows = q_start + gl.arange(0, ROWS, layout=row_o)
+    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
+    base = out_ptr + b.to(gl.int64) * T * stride_ot + h * stride_oh
+    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_ot, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, o, mask=gl.expand_dims(rows < T, 1))
+    # lse in natural-log units, like the Triton kernel and cuDNN.
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(lse_ptr + bh.to(gl.int64) * T + rows, lse, mask=rows < T)
 
 
 @gluon.jit
 def block_attention_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     T, Hq, GROUP, stride_ot, stride_oh, qk_scale,
-    CAUSAL: gl.constexpr, STAGES: gl.constexpr, ARRIVALS: gl.constexpr,
+    CAUSAL: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
 ):  # fmt: skip
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    """One program: SPLIT x q_desc-rows query rows of one (batch, head).
+
+    SPLIT 1: one consumer partition of num_warps warps takes all rows. SPLIT 2: two 4-warp
+    partitions (one warpgroup each) take half the rows each over the same K/V stages, so one
+    warpgroup's softmax can run while the other's wgmma has the tensor cores, and neither waits
+    for the other when it frees a stage (two arrivals per stage).
+    """
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = ROWS * SPLIT
     dtype: gl.constexpr = q_desc.dtype
 
     num_m = gl.cdiv(T, BLOCK_M)
@@ -153,15 +179,10 @@ def block_attention_gluon_fwd_kernel(
     b = bh // Hq
     h = bh % Hq
     q_start = m_blk * BLOCK_M
-    if CAUSAL:
-        kv_end = gl.minimum(q_start + BLOCK_M, T)
-        n_unmasked = q_start // BLOCK_N
-    else:
-        kv_end = T
-        n_unmasked = T // BLOCK_N
+    kv_end = gl.minimum(q_start + BLOCK_M, T) if CAUSAL else T
     n_tiles = gl.cdiv(kv_end, BLOCK_N)
 
-    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, HEAD_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [SPLIT, ROWS, HEAD_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -173,44 +194,41 @@ def block_attention_gluon_fwd_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=ARRIVALS)
-        mbarrier.init(v_empty.index(i), count=ARRIVALS)
+        mbarrier.init(k_empty.index(i), count=SPLIT)
+        mbarrier.init(v_empty.index(i), count=SPLIT)
 
     q_row = b * T + q_start
     kv_row = b * T
     q_col = h * HEAD_D
     kv_col = (h // GROUP) * HEAD_D
-    acc, m_i, l_i = gl.warp_specialize(
-        [
-            (
-                _consumer,
-                (q_smem, k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty,
-                 n_tiles, n_unmasked, q_start, T, qk_scale,
-                 BLOCK_M, BLOCK_N, HEAD_D, STAGES, CAUSAL, ARRIVALS),
-            ),
-            (
-                _loader,
-                (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem,
-                 q_bar, k_ready, v_ready, k_empty, v_empty,
-                 q_row, kv_row, q_col, kv_col, n_tiles, BLOCK_N, STAGES),
-            ),
-        ],
-        [1],
-        [24],
-    )  # fmt: skip
-
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
-    o = acc / gl.expand_dims(l_i, 1)
-    o = gl.convert_layout(o.to(dtype), out_layout)
-    rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
-    cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, out_layout))
-    base = out_ptr + b.to(gl.int64) * T * stride_ot + h * stride_oh
-    ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_ot, 1) + gl.expand_dims(cols, 0)
-    gl.store(ptrs, o, mask=gl.expand_dims(rows < T, 1))
-    # lse in natural-log units, like the Triton kernel and cuDNN.
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-    lse_rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc.type.layout))
-    gl.store(lse_ptr + bh.to(gl.int64) * T + lse_rows, lse, mask=lse_rows < T)
+    # Tuples keep the partitions' argument lists short. Constexprs go in the literal argument
+    # tuples: a tuple held in a variable reaches a worker partition as tensors.
+    bufs = (k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty)
+    dst = (out_ptr, lse_ptr, b, h, bh, stride_ot, stride_oh)
+    if SPLIT == 1:
+        gl.warp_specialize(
+            [
+                (_consumer, (q_smem.index(0), bufs, dst, n_tiles, q_start, T, qk_scale,
+                             ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL)),
+                (_loader, (q_desc, k_desc, v_desc, q_smem, bufs, q_row, kv_row, q_col, kv_col,
+                           n_tiles, BLOCK_N, STAGES, SPLIT)),
+            ],
+            [1],
+            [24],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_consumer, (q_smem.index(0), bufs, dst, n_tiles, q_start, T, qk_scale,
+                             ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL)),
+                (_consumer, (q_smem.index(1), bufs, dst, n_tiles, q_start + ROWS, T, qk_scale,
+                             ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL)),
+                (_loader, (q_desc, k_desc, v_desc, q_smem, bufs, q_row, kv_row, q_col, kv_col,
+                           n_tiles, BLOCK_N, STAGES, SPLIT)),
+            ],
+            [4, 1],
+            [232, 24],
+        )  # fmt: skip
 
 
 def gluon_supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -238,11 +256,17 @@ def block_attention_gluon(
     block_m: int = 128,
     block_n: int = 128,
     stages: int = 2,
-    num_warps: int = 8,
+    split: int = 1,
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """out [B, T, Hq, D], lse [B, Hq, T] fp32 (natural log) of softmax(q k^T * scale) v."""
+    """out [B, T, Hq, D], lse [B, Hq, T] fp32 (natural log) of softmax(q k^T * scale) v.
+
+    ``split`` 1: one 8-warp consumer takes ``block_m`` rows; 2: two one-warpgroup consumers take
+    ``block_m // 2`` rows each (see the kernel's docstring).
+    """
+    if split not in (1, 2):
+        raise ValueError(f"split must be 1 or 2, got {split}")
     why = gluon_supported(q, k, v)
     if why is not None:
         raise ValueError(why)
@@ -258,15 +282,16 @@ def block_attention_gluon(
         lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
     gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     q2, k2, v2 = q.view(b * t, hq * d), k.view(b * t, hkv * d), v.view(b * t, hkv * d)
-    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
+    rows = block_m // split
+    q_layout = gl.NVMMASharedLayout.get_default_for([rows, d], gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
-    q_desc = TensorDescriptor.from_tensor(q2, [block_m, d], q_layout)
+    q_desc = TensorDescriptor.from_tensor(q2, [rows, d], q_layout)
     k_desc = TensorDescriptor.from_tensor(k2, [block_n, d], kv_layout)
     v_desc = TensorDescriptor.from_tensor(v2, [block_n, d], kv_layout)
     grid = (triton.cdiv(t, block_m), b * hq)
     block_attention_gluon_fwd_kernel[grid](
         q_desc, k_desc, v_desc, out, lse,
         t, hq, hq // hkv, out.stride(1), out.stride(2), scale * _LOG2E,
-        CAUSAL=bool(causal), STAGES=stages, ARRIVALS=1, num_warps=num_warps,
+        CAUSAL=bool(causal), STAGES=stages, SPLIT=split, num_warps=8 if split == 1 else 4,
     )  # fmt: skip
     return out, lse

@@ -133,8 +133,8 @@ GLUON_SHAPES = [
     (2, 1000, 4, 4, 64),
     (1, 129, 2, 1, 128),
 ]
-# (block_n, stages): the configurations the benchmark times.
-GLUON_CONFIGS = [(128, 2), (128, 3), (64, 2), (64, 4)]
+# (block_n, stages, split): the configurations the benchmark times.
+GLUON_CONFIGS = [(128, 2, 1), (128, 2, 2), (128, 3, 2), (64, 2, 2), (64, 4, 2)]
 
 
 @pytest.mark.skipif(
@@ -143,7 +143,7 @@ GLUON_CONFIGS = [(128, 2), (128, 3), (64, 2), (64, 4)]
 )
 @pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("config", GLUON_CONFIGS, ids=lambda c: f"n{c[0]}s{c[1]}")
+@pytest.mark.parametrize("config", GLUON_CONFIGS, ids=lambda c: "n{}s{}w{}".format(*c))
 def test_gluon_kernel_gpu(shape, causal, config):
     from kernels.attention.gluon_fwd import block_attention_gluon
 
@@ -156,6 +156,14 @@ def test_gluon_kernel_gpu(shape, causal, config):
     out = torch.full_like(q, float("nan"))
     lse = torch.full((b, hq, t), float("nan"), device="cuda")
     block_attention_gluon(
-        q, k, v, causal=causal, block_n=config[0], stages=config[1], out=out, lse=lse
+        q,
+        k,
+        v,
+        causal=causal,
+        block_n=config[0],
+        stages=config[1],
+        split=config[2],
+        out=out,
+        lse=lse,
     )
     assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))
