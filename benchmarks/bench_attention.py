@@ -5,7 +5,8 @@ and of the simulated ring (one GPU) vs one flash call. Prints a table last.
     python benchmarks/bench_attention.py --quick    # smaller sizes, no FlexAttention
 
 FLOPs: 4·B·H·Sq·Sk·D (half if causal), median CUDA-event time (triton.testing.do_bench).
-Our kernel is timed in both load paths (TMA descriptors on sm_90 and plain pointers).
+Our Triton kernel is timed in both load paths (TMA descriptors on sm_90 and plain pointers), and
+on Hopper our Gluon kernel (kernels/attention/gluon_fwd.py), which block_attention runs there.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from kernels.attention.block_attention import (  # noqa: E402
     _block_attention_fwd_tuned,
     block_attention_triton,
 )
+from kernels.attention.gluon_fwd import block_attention_gluon, gluon_unsupported  # noqa: E402
 from kernels.ring import ring_attention, shard  # noqa: E402
 from kernels.ring.simulate import rank_forward  # noqa: E402
 
@@ -83,6 +85,13 @@ def kernel_section(
             ref = out if ref is None else ref
         except Exception as exc:  # report and keep going: one broken path must not hide the rest
             print(f"{sec}: {name} failed: {exc!r}", flush=True)
+    if not only_flex and gluon_unsupported(q, k, v, causal=causal, q_offset=0, k_offset=0) is None:
+        try:  # what block_attention runs on Hopper
+            fn = lambda: block_attention_gluon(q, k, v, causal=causal)
+            fn()
+            record(sec, "ours gluon", bench(fn), fl)
+        except Exception as exc:
+            print(f"{sec}: ours gluon failed: {exc!r}", flush=True)
     for name, be in (
         ()
         if only_flex

@@ -34,7 +34,7 @@ SHAPES = [  # (B, S, H, D, causal)
     (2, 8192, 16, 64, False),
     (2, 8192, 16, 64, True),
 ]
-GLUON = [(128, 2, 1), (128, 2, 2), (128, 3, 2), (64, 2, 2), (64, 4, 2)]  # (block_n, stages, split)
+GLUON = [(128, 2), (128, 3), (64, 2)]  # (block_n, stages) pinned, beside the timed pick
 
 
 def candidates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> dict:
@@ -50,9 +50,10 @@ def candidates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) 
             q, k, v, causal=causal, scale=scale, use_tma=True
         ),
     }
-    for bn, st, sp in GLUON:
-        fns[f"gluon n{bn} s{st} w{sp}"] = lambda bn=bn, st=st, sp=sp: block_attention_gluon(
-            q, k, v, causal=causal, block_n=bn, stages=st, split=sp
+    fns["gluon (timed pick)"] = lambda: block_attention_gluon(q, k, v, causal=causal)
+    for bn, st in GLUON:
+        fns[f"gluon n{bn} s{st}"] = lambda bn=bn, st=st: block_attention_gluon(
+            q, k, v, causal=causal, block_n=bn, stages=st
         )
     return fns
 

@@ -202,3 +202,19 @@ def test_backend_errors_on_cpu():
         resolve_backend("cudnn", q)
     with pytest.raises(ValueError, match="backend must be one of"):
         resolve_backend("fast", q)
+
+
+def test_gluon_kernel_refuses_what_it_cannot_run(gen):
+    """The Gluon module imports with this machine's Triton, and names why it cannot run."""
+    from kernels.attention.gluon_fwd import block_attention_gluon, gluon_unsupported
+
+    q, k, v = (randn(1, 64, 2, 128, dtype=torch.bfloat16, gen=gen) for _ in range(3))
+    why = gluon_unsupported(q, k, v, causal=True, q_offset=0, k_offset=0)
+    assert why is not None and "Hopper" in why
+    with pytest.raises(ValueError, match="Hopper"):
+        block_attention_gluon(q, k, v, causal=True)
+    # CPU tensors never reach it through the public function.
+    out, lse = block_attention(q, k, v, causal=True)
+    assert_attention_close(
+        out, lse, *block_attention_naive(q.float(), k.float(), v.float(), causal=True)
+    )
