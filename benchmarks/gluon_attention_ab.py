@@ -3,8 +3,9 @@ kernel and cuDNN, in one process on the same inputs. Prints a table last.
 
     python benchmarks/gluon_attention_ab.py [--rounds 3]
 
-Each round times every kernel once per shape (triton.testing.do_bench medians), so slow drift
-of the machine's clock falls on all of them alike; the table gives the median over rounds and
+Each round times every kernel once per shape (triton.testing.do_bench medians), starting one
+kernel later each round, so slow drift of the machine's clock and order effects fall on all of
+them alike; the table gives the median over rounds and
 each kernel's ratio to cuDNN (cuDNN's time over ours; 1.0 = as fast).
 """
 
@@ -64,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"commit {commit()}  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     times: dict[tuple, dict[str, list[float]]] = {}
-    for _ in range(args.rounds):
+    for rnd in range(args.rounds):
         for shape in SHAPES:
             b, s, h, d, causal = shape
             gen = torch.Generator(device="cuda").manual_seed(0)
@@ -80,8 +81,11 @@ def main() -> None:
                     err = ((out - ref).norm() / ref.norm()).item()
                     print(f"{shape} {name}: rel diff to triton {err:.2e}", flush=True)
             row = times.setdefault(shape, {})
-            for name, fn in fns.items():
-                ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+            # Each round starts one kernel later: a kernel timed right after a hot one ran
+            # slower in run 78, and the rotation spreads that over every kernel.
+            names = list(fns)
+            for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
+                ms = triton.testing.do_bench(fns[name], warmup=25, rep=100, return_mode="median")
                 row.setdefault(name, []).append(ms)
     print("\n| shape | kernel | ms | TFLOP/s | of cuDNN |\n|---|---|---|---|---|")
     for shape, row in times.items():
