@@ -3,6 +3,7 @@ and of the simulated ring (one GPU) vs one flash call. Prints a table last.
 
     python benchmarks/bench_attention.py            # H200: full set
     python benchmarks/bench_attention.py --quick    # smaller sizes, no FlexAttention
+    python benchmarks/bench_attention.py --only-ring --worlds 4   # the simulated ring alone
 
 FLOPs: 4·B·H·Sq·Sk·D (half if causal), median CUDA-event time (triton.testing.do_bench).
 Our Triton kernel is timed in both load paths (TMA descriptors on sm_90 and plain pointers), and
@@ -200,6 +201,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, no FlexAttention")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-ring", action="store_true")
+    ap.add_argument("--only-ring", action="store_true", help="the simulated ring section alone")
+    ap.add_argument("--worlds", type=int, nargs="+", help="ring sizes (default 4 8)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("CUDA is not available: this benchmark needs a GPU")
@@ -217,7 +220,7 @@ def main() -> None:
         # T >= 8k at D 128 (issue 19's goal), and D 64 and 96 for the table.
         shapes = [(2, 8192, 16, 128), (1, 16384, 16, 128), (2, 8192, 16, 64), (2, 8192, 16, 96)]
         ring = (65536, 16, 128, [4, 8])
-    for b, s, h, d in shapes:
+    for b, s, h, d in [] if args.only_ring else shapes:
         for causal in (False, True):
             kernel_section(b, s, h, d, causal, with_flex=False)
     print("TMA configs chosen:", _TMA_BEST, flush=True)
@@ -225,8 +228,8 @@ def main() -> None:
     print("pointer-path configs chosen:", {k[:4]: str(v) for k, v in tuned.items()}, flush=True)
     if not args.no_ring:
         t, h, d, worlds = ring
-        ring_section(t, h, d, worlds, ["triton", "auto"])
-    if not (args.quick or args.no_flex):
+        ring_section(t, h, d, args.worlds or worlds, ["triton", "auto"])
+    if not (args.quick or args.no_flex or args.only_ring):
         # Last: compiling FlexAttention takes tens of seconds per shape.
         b, s, h, d = shapes[1]
         for causal in (False, True):

@@ -22,7 +22,7 @@ warp-specialised key loop) are kept for benchmarks/sweep_attention.py, having me
 
 CPU tensors go to a PyTorch fallback (``_block_attention_cpu``) unless ``TRITON_INTERPRET=1``.
 On Hopper, ``block_attention`` sends what the hand-scheduled Gluon kernel takes (bf16/fp16,
-D 64 or 128, one ring block with no mask or the local causal one) to ``gluon_fwd.py`` instead,
+D 64 or 128, no mask or a causal one where every row sees a key) to ``gluon_fwd.py`` instead,
 which runs at cuDNN's speed where this kernel reaches 0.8-0.93 of it (``KGRADE_GLUON=0`` keeps
 everything here).
 """
@@ -862,7 +862,9 @@ def block_attention(
         from .gluon_fwd import block_attention_gluon, gluon_unsupported
 
         if gluon_unsupported(q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset) is None:
-            return block_attention_gluon(q, k, v, causal=causal, scale=scale)
+            return block_attention_gluon(
+                q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
+            )
     if q.device.type == "cuda" or (q.device.type == "cpu" and interpreter_enabled()):
         return block_attention_triton(
             q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale

@@ -14,8 +14,9 @@ tensor-core op before the softmax that needs it. Here the loop is laid out by ha
 Measured on one H200 (runs 75-77, ``benchmarks/gluon_attention_ab.py``): 0.98-1.10 of cuDNN's
 time at D 128 (T 8k-16k, causal and not) where the Triton kernel reaches 0.84-0.94.
 
-Hopper only (sm_90, wgmma and TMA), bf16/fp16, D in {64, 128}, equal-length Q and K/V chunks
-(local causal ``i >= j`` or no mask), batch-contiguous [B, T, H, D] inputs. There is no
+Hopper only (sm_90, wgmma and TMA), bf16/fp16, D in {64, 128}, no mask or a causal one under
+which every query sees key 0 (``q_offset >= k_offset``: the ring's diagonal and fused zigzag
+blocks). There is no
 interpreter for Gluon, so the kernel is checked on the GPU against ``naive.py``
 (``tests/kernels/test_gpu_attention.py``); ``block_attention_gluon`` refuses what it cannot run.
 """
@@ -70,19 +71,19 @@ def _loader(
 
 
 @gluon.jit
-def _masked(s, q_start, k_start, T, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+def _masked(s, q_start, k_start, Tk, shift, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
     rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols = k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    keep = gl.expand_dims(cols < T, 0)
-    if CAUSAL:
-        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+    keep = gl.expand_dims(cols < Tk, 0)
+    if CAUSAL:  # key j visible to query i iff j <= i + shift (shift = q_offset - k_offset >= 0)
+        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + shift, 1))
     return gl.where(keep, s, float("-inf"))
 
 
 @gluon.jit
 def _consumer(
-    q_smem, bufs, dst, n_tiles, q_start, T, qk_scale,
+    q_smem, bufs, dst, n_tiles, q_start, Tq, Tk, shift, qk_scale,
     ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
     STAGES: gl.constexpr, CAUSAL: gl.constexpr,
 ):  # fmt: skip
@@ -100,7 +101,11 @@ def _consumer(
     dtype: gl.constexpr = q_smem.dtype
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
-    n_unmasked = q_start // BLOCK_N if CAUSAL else T // BLOCK_N
+    # Key tiles below this one need no mask for any of these rows.
+    if CAUSAL:
+        n_unmasked = gl.minimum((q_start + shift) // BLOCK_N, Tk // BLOCK_N)
+    else:
+        n_unmasked = Tk // BLOCK_N
 
     mbarrier.wait(q_bar, 0)
     # Tile 0 on its own: there is no P yet to multiply with V.
@@ -108,7 +113,7 @@ def _consumer(
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    s = _masked(s, q_start, 0, T, CAUSAL, ROWS, BLOCK_N, s_layout)
+    s = _masked(s, q_start, 0, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout)
     m_i = gl.max(s, 1) * qk_scale  # [ROWS], log2 units
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, 1)
@@ -127,7 +132,7 @@ def _consumer(
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(st), count=1)
         if j >= n_unmasked:
-            s = _masked(s, q_start, j * BLOCK_N, T, CAUSAL, ROWS, BLOCK_N, s_layout)
+            s = _masked(s, q_start, j * BLOCK_N, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout)
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
@@ -152,18 +157,18 @@ def _consumer(
     o = (acc / gl.expand_dims(l_i, 1)).to(dtype)
     rows = q_start + gl.arange(0, ROWS, layout=row_o)
     cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
-    base = out_ptr + b.to(gl.int64) * T * stride_ot + h * stride_oh
+    base = out_ptr + b.to(gl.int64) * Tq * stride_ot + h * stride_oh
     ptrs = base + gl.expand_dims(rows.to(gl.int64) * stride_ot, 1) + gl.expand_dims(cols, 0)
-    gl.store(ptrs, o, mask=gl.expand_dims(rows < T, 1))
+    gl.store(ptrs, o, mask=gl.expand_dims(rows < Tq, 1))
     # lse in natural-log units, like the Triton kernel and cuDNN.
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-    gl.store(lse_ptr + bh.to(gl.int64) * T + rows, lse, mask=rows < T)
+    gl.store(lse_ptr + bh.to(gl.int64) * Tq + rows, lse, mask=rows < Tq)
 
 
 @gluon.jit
 def block_attention_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, out_ptr, lse_ptr,
-    T, Hq, GROUP, stride_ot, stride_oh, qk_scale,
+    Tq, Tk, shift, Hq, GROUP, stride_ot, stride_oh, qk_scale,
     CAUSAL: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
     """One program: 2 x q_desc-rows query rows of one (batch, head), in three partitions.
@@ -180,14 +185,14 @@ def block_attention_gluon_fwd_kernel(
     BLOCK_M: gl.constexpr = 2 * ROWS
     dtype: gl.constexpr = q_desc.dtype
 
-    num_m = gl.cdiv(T, BLOCK_M)
+    num_m = gl.cdiv(Tq, BLOCK_M)
     # Heaviest causal tiles (the last query rows) first, so the tail of the grid is short ones.
     m_blk = num_m - 1 - gl.program_id(0)
     bh = gl.program_id(1)
     b = bh // Hq
     h = bh % Hq
     q_start = m_blk * BLOCK_M
-    kv_end = gl.minimum(q_start + BLOCK_M, T) if CAUSAL else T
+    kv_end = gl.minimum(q_start + BLOCK_M + shift, Tk) if CAUSAL else Tk
     n_tiles = gl.cdiv(kv_end, BLOCK_N)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], q_desc.layout)
@@ -205,8 +210,8 @@ def block_attention_gluon_fwd_kernel(
         mbarrier.init(k_empty.index(i), count=2)
         mbarrier.init(v_empty.index(i), count=2)
 
-    q_row = b * T + q_start
-    kv_row = b * T
+    q_row = b * Tq + q_start
+    kv_row = b * Tk
     q_col = h * HEAD_D
     kv_col = (h // GROUP) * HEAD_D
     # Tuples keep the partitions' argument lists short. Constexprs go in the literal argument
@@ -215,9 +220,10 @@ def block_attention_gluon_fwd_kernel(
     dst = (out_ptr, lse_ptr, b, h, bh, stride_ot, stride_oh)
     gl.warp_specialize(
         [
-            (_consumer, (q_smem.index(0), bufs, dst, n_tiles, q_start, T, qk_scale,
+            (_consumer, (q_smem.index(0), bufs, dst, n_tiles, q_start, Tq, Tk, shift, qk_scale,
                          ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL)),
-            (_consumer, (q_smem.index(1), bufs, dst, n_tiles, q_start + ROWS, T, qk_scale,
+            (_consumer, (q_smem.index(1), bufs, dst, n_tiles, q_start + ROWS, Tq, Tk, shift,
+                         qk_scale,
                          ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, bufs, q_row, kv_row, q_col, kv_col,
                        n_tiles, BLOCK_N, STAGES)),
@@ -243,10 +249,11 @@ def gluon_unsupported(
         return "the Gluon kernel takes bf16 or fp16 q, k, v of one dtype"
     if q.shape[-1] not in (64, 128) or v.shape[-1] != q.shape[-1]:
         return f"the Gluon kernel takes head dim 64 or 128, got {q.shape[-1]}"
-    if q.shape[1] != k.shape[1] or q.shape[1] == 0:
-        return "the Gluon kernel takes equal, non-zero query and key lengths (one ring block)"
-    if causal and q_offset != k_offset:
-        return "the Gluon kernel's causal mask is the local one (q_offset == k_offset)"
+    if q.shape[1] == 0 or k.shape[1] == 0:
+        return "the Gluon kernel takes non-empty query and key blocks"
+    if causal and q_offset < k_offset:
+        # Then the first rows may see no key at all; the Triton kernel handles those.
+        return "the Gluon kernel's causal mask needs q_offset >= k_offset"
     return None
 
 
@@ -256,24 +263,29 @@ def block_attention_gluon(
     v: torch.Tensor,
     *,
     causal: bool,
+    q_offset: int = 0,
+    k_offset: int = 0,
     scale: float | None = None,
     block_n: int | None = None,
     stages: int | None = None,
     out: torch.Tensor | None = None,
     lse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """out [B, T, Hq, D], lse [B, Hq, T] fp32 (natural log) of softmax(q k^T * scale) v.
+    """out [B, Tq, Hq, D], lse [B, Hq, Tq] fp32 (natural log) of softmax(q k^T * scale) v.
 
-    Causal is the local mask (query i sees keys j <= i). ``block_n`` and ``stages`` pin one
-    configuration; left out, each shape's first call times ``GLUON_CANDIDATES`` and keeps the
-    fastest. ``out``/``lse`` let tests pass NaN-poisoned buffers.
+    q [B, Tq, Hq, D], k and v [B, Tk, Hkv, D]. Causal: query i sees key j iff
+    ``q_offset + i >= k_offset + j``, with ``q_offset >= k_offset`` (every row sees key 0).
+    ``block_n`` and ``stages`` pin one configuration; left out, each shape's first call times
+    ``GLUON_CANDIDATES`` and keeps the fastest. ``out``/``lse`` let tests pass NaN-poisoned
+    buffers.
     """
-    why = gluon_unsupported(q, k, v, causal=causal, q_offset=0, k_offset=0)
+    why = gluon_unsupported(q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset)
     if why is not None:
         raise ValueError(why)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    b, t, hq, d = q.shape
-    hkv = k.shape[2]
+    b, tq, hq, d = q.shape
+    tk, hkv = k.shape[1], k.shape[2]
+    shift = int(q_offset) - int(k_offset) if causal else 0
     if hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
     if scale is None:
@@ -281,9 +293,11 @@ def block_attention_gluon(
     if out is None:
         out = torch.empty_like(q)
     if lse is None:
-        lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
+        lse = torch.empty((b, hq, tq), dtype=torch.float32, device=q.device)
     gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    q2, k2, v2 = q.view(b * t, hq * d), k.view(b * t, hkv * d), v.view(b * t, hkv * d)
+    # [B*T, H*D] views: a tile running past a batch's end reads the next batch's rows, which
+    # the kernel masks (keys) or never stores (queries).
+    q2, k2, v2 = q.view(b * tq, hq * d), k.view(b * tk, hkv * d), v.view(b * tk, hkv * d)
     rows = 64  # per consumer warpgroup
     q_desc = TensorDescriptor.from_tensor(
         q2, [rows, d], gl.NVMMASharedLayout.get_default_for([rows, d], gdt)
@@ -292,18 +306,18 @@ def block_attention_gluon(
     def launch(cfg: tuple[int, int]) -> None:
         bn, st = cfg
         kv_layout = gl.NVMMASharedLayout.get_default_for([bn, d], gdt)
-        block_attention_gluon_fwd_kernel[(triton.cdiv(t, 2 * rows), b * hq)](
+        block_attention_gluon_fwd_kernel[(triton.cdiv(tq, 2 * rows), b * hq)](
             q_desc,
             TensorDescriptor.from_tensor(k2, [bn, d], kv_layout),
             TensorDescriptor.from_tensor(v2, [bn, d], kv_layout),
-            out, lse, t, hq, hq // hkv, out.stride(1), out.stride(2), scale * _LOG2E,
+            out, lse, tq, tk, shift, hq, hq // hkv, out.stride(1), out.stride(2), scale * _LOG2E,
             CAUSAL=bool(causal), STAGES=st, num_warps=4,
         )  # fmt: skip
 
     if block_n is not None or stages is not None:
         cfg = (block_n or 128, stages or 2)
     else:
-        key = (t, d, bool(causal), hq // hkv, q.dtype)
+        key = (tq, tk, d, bool(causal), hq // hkv, q.dtype)
         cfg = fastest(_GLUON_BEST, key, GLUON_CANDIDATES, launch)
     launch(cfg)
     return out, lse

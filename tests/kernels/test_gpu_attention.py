@@ -161,6 +161,42 @@ def test_gluon_kernel_gpu(shape, causal, config):
     assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))
 
 
+# (B, Tq, Tk, Hq, Hkv, D, causal, q_offset, k_offset): the ring's blocks. A zigzag step's
+# fused diagonal (Tk = 2 Tq, shift Tq), its one-chunk blocks both ways, a partial shift, and a
+# local diagonal at a global position.
+GLUON_BLOCKS = [
+    (1, 4096, 8192, 8, 2, 128, True, 4096, 0),
+    (2, 3001, 1500, 4, 4, 128, False, 0, 0),
+    (1, 1000, 3001, 4, 1, 64, False, 0, 0),
+    (1, 777, 1000, 4, 2, 128, True, 300, 0),
+    (2, 2048, 2048, 4, 4, 128, True, 5000, 5000),
+]
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="the Gluon kernel needs sm_90",
+)
+@pytest.mark.parametrize("blk", GLUON_BLOCKS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("config", [(128, 2), (64, 2), (None, None)], ids=str)
+def test_gluon_kernel_ring_blocks_gpu(blk, config):
+    from kernels.attention.gluon_fwd import block_attention_gluon
+
+    b, tq, tk, hq, hkv, d, causal, qo, ko = blk
+    q, k, v = (
+        _rand(b, tq, hq, d, seed=4),
+        _rand(b, tk, hkv, d, seed=5),
+        _rand(b, tk, hkv, d, seed=6),
+    )
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, tq), float("nan"), device="cuda")
+    block_attention_gluon(
+        q, k, v, causal=causal, q_offset=qo, k_offset=ko,
+        block_n=config[0], stages=config[1], out=out, lse=lse,
+    )  # fmt: skip
+    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal, q_offset=qo, k_offset=ko))
+
+
 @pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
     reason="the Gluon kernel needs sm_90",
@@ -175,9 +211,10 @@ def test_block_attention_routes_to_gluon_gpu(monkeypatch):
         gluon_fwd, "block_attention_gluon", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
     q, k, v = (_rand(1, 777, 4, 128, seed=s) for s in range(3))
-    for causal, qo, ko in ((True, 0, 0), (False, 5, 0), (True, 100, 0)):
+    for causal, qo, ko in ((True, 0, 0), (False, 5, 0), (True, 100, 0), (True, 0, 100)):
         out, lse = block_attention(q, k, v, causal=causal, q_offset=qo, k_offset=ko)
         assert_attention_close(
             out, lse, *_reference(q, k, v, causal=causal, q_offset=qo, k_offset=ko)
         )
-    assert len(calls) == 2, "local causal and unmasked blocks go to Gluon, offset causal not"
+    # The last call's first 100 rows see no key: the Triton kernel's case.
+    assert len(calls) == 3, "unmasked and q_offset >= k_offset causal blocks go to Gluon"
