@@ -11,8 +11,8 @@ tensor-core op before the softmax that needs it. Here the loop is laid out by ha
   wgmma ops, then runs S_j's softmax while O's wgmma is still on the tensor cores (intra-warpgroup
   overlap), and only waits for O before rescaling it.
 
-Measured on one H200 (runs 75-77, ``benchmarks/gluon_attention_ab.py``): 0.98-1.10 of cuDNN's
-time at D 128 (T 8k-16k, causal and not) where the Triton kernel reaches 0.84-0.94.
+Measured on one H200 (run 79, ``benchmarks/gluon_attention_ab.py``): 0.99-1.11 of cuDNN's
+time at D 128 (T 8k-16k, causal and not) where the Triton kernel reaches 0.85-0.92.
 
 Hopper only (sm_90, wgmma and TMA), bf16/fp16, D in {64, 128}, no mask or a causal one under
 which every query sees key 0 (``q_offset >= k_offset``: the ring's diagonal and fused zigzag
@@ -176,7 +176,7 @@ def block_attention_gluon_fwd_kernel(
     Two 4-warp consumer partitions (one warpgroup each) take half the rows each over the same
     K/V stages, so one warpgroup's softmax runs while the other's wgmma has the tensor cores, and
     neither waits for the other when it frees a stage (two arrivals per stage). One 8-warp
-    partition taking all rows measured 0.79-0.87 of cuDNN against 0.95-1.07 (run 76): every
+    partition taking all rows measured 0.79-0.87 of cuDNN against 0.96-1.07 (run 76): every
     stage release then needs a barrier across both warpgroups, which keeps them in lockstep.
     """
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
