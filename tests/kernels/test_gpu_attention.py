@@ -135,30 +135,37 @@ GLUON_SHAPES = [
 ]
 # (block_n, stages): both timed candidates, the 64-key tiles, and None (picked by timing).
 GLUON_CONFIGS = [(128, 2), (128, 3), (64, 2), (64, 4), (None, None)]
-
-
-@pytest.mark.skipif(
+needs_hopper = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
     reason="the Gluon kernel needs sm_90",
 )
+
+
+def _check_gluon(b, tq, tk, hq, hkv, d, causal, qo, ko, config, seed):
+    """The Gluon kernel into NaN-poisoned buffers against the fp32 reference."""
+    from kernels.attention.gluon_fwd import block_attention_gluon
+
+    q, k, v = (
+        _rand(b, tq, hq, d, seed=seed),
+        _rand(b, tk, hkv, d, seed=seed + 1),
+        _rand(b, tk, hkv, d, seed=seed + 2),
+    )
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((b, hq, tq), float("nan"), device="cuda")
+    block_attention_gluon(
+        q, k, v, causal=causal, q_offset=qo, k_offset=ko,
+        block_n=config[0], stages=config[1], out=out, lse=lse,
+    )  # fmt: skip
+    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal, q_offset=qo, k_offset=ko))
+
+
+@needs_hopper
 @pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("config", GLUON_CONFIGS, ids=lambda c: "n{}s{}".format(*c))
 def test_gluon_kernel_gpu(shape, causal, config):
-    from kernels.attention.gluon_fwd import block_attention_gluon
-
     b, t, hq, hkv, d = shape
-    q, k, v = (
-        _rand(b, t, hq, d, seed=1),
-        _rand(b, t, hkv, d, seed=2),
-        _rand(b, t, hkv, d, seed=3),
-    )
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full((b, hq, t), float("nan"), device="cuda")
-    block_attention_gluon(
-        q, k, v, causal=causal, block_n=config[0], stages=config[1], out=out, lse=lse
-    )
-    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal))
+    _check_gluon(b, t, t, hq, hkv, d, causal, 0, 0, config, seed=1)
 
 
 # (B, Tq, Tk, Hq, Hkv, D, causal, q_offset, k_offset): the ring's blocks. A zigzag step's
@@ -173,34 +180,14 @@ GLUON_BLOCKS = [
 ]
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-    reason="the Gluon kernel needs sm_90",
-)
+@needs_hopper
 @pytest.mark.parametrize("blk", GLUON_BLOCKS, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("config", [(128, 2), (64, 2), (None, None)], ids=str)
 def test_gluon_kernel_ring_blocks_gpu(blk, config):
-    from kernels.attention.gluon_fwd import block_attention_gluon
-
-    b, tq, tk, hq, hkv, d, causal, qo, ko = blk
-    q, k, v = (
-        _rand(b, tq, hq, d, seed=4),
-        _rand(b, tk, hkv, d, seed=5),
-        _rand(b, tk, hkv, d, seed=6),
-    )
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full((b, hq, tq), float("nan"), device="cuda")
-    block_attention_gluon(
-        q, k, v, causal=causal, q_offset=qo, k_offset=ko,
-        block_n=config[0], stages=config[1], out=out, lse=lse,
-    )  # fmt: skip
-    assert_attention_close(out, lse, *_reference(q, k, v, causal=causal, q_offset=qo, k_offset=ko))
+    _check_gluon(*blk, config, seed=4)
 
 
-@pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
-    reason="the Gluon kernel needs sm_90",
-)
+@needs_hopper
 def test_block_attention_routes_to_gluon_gpu(monkeypatch):
     """The public function takes the Gluon kernel where it applies and the Triton one elsewhere."""
     import kernels.attention.gluon_fwd as gluon_fwd
