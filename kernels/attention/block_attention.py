@@ -30,11 +30,13 @@ everything here).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
 
 from .._tuning import fastest
 from .._validate import check_block_attention_args
@@ -832,6 +834,51 @@ def _block_attention_cpu(
     return out, lse
 
 
+# Why the Gluon kernel is off for this process, once it proved unusable here: a Triton without
+# Gluon, or one whose Gluon API the kernel does not compile against. The Triton kernel then
+# serves every call (pyproject allows Triton >= 3.2; Gluon came later and still changes).
+_GLUON_OFF: str | None = None
+
+
+def _try_gluon(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    q_offset: int,
+    k_offset: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The Gluon kernel's (out, lse), or None where it does not apply or cannot run here."""
+    global _GLUON_OFF
+    if _GLUON_OFF is not None or os.environ.get("KGRADE_GLUON", "1") == "0":
+        return None
+    try:
+        from . import gluon_fwd  # here, not at the top: the CPU paths never need Gluon
+    except ImportError as exc:
+        _GLUON_OFF = f"Triton {triton.__version__} has no usable Gluon ({exc})"
+    else:
+        if gluon_fwd.gluon_unsupported(
+            q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset
+        ):
+            return None
+        try:
+            return gluon_fwd.block_attention_gluon(
+                q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
+            )
+        except CompilationError as exc:
+            # The message ends with the failing line's error, after the source excerpt.
+            last = (str(exc).strip().splitlines() or ["?"])[-1]
+            _GLUON_OFF = (
+                f"the Gluon kernel does not compile with Triton {triton.__version__}: {last}"
+            )
+    warnings.warn(
+        f"{_GLUON_OFF}; block_attention uses its Triton kernel", RuntimeWarning, stacklevel=3
+    )
+    return None
+
+
 def block_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -857,14 +904,10 @@ def block_attention(
     scale = check_block_attention_args(
         q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
     )
-    if q.device.type == "cuda" and os.environ.get("KGRADE_GLUON", "1") != "0":
-        # Imported here: the CPU paths never need Gluon.
-        from .gluon_fwd import block_attention_gluon, gluon_unsupported
-
-        if gluon_unsupported(q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset) is None:
-            return block_attention_gluon(
-                q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
-            )
+    if q.device.type == "cuda":
+        res = _try_gluon(q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale)
+        if res is not None:
+            return res
     if q.device.type == "cuda" or (q.device.type == "cpu" and interpreter_enabled()):
         return block_attention_triton(
             q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
