@@ -24,7 +24,7 @@ CPU tensors go to a PyTorch fallback (``_block_attention_cpu``) unless ``TRITON_
 On Hopper, ``block_attention`` sends what the hand-scheduled Gluon kernel takes (bf16/fp16,
 D 64 or 128, no mask or a causal one where every row sees a key) to ``gluon_fwd.py`` instead,
 which runs at cuDNN's speed where this kernel reaches 0.8-0.93 of it (``KGRADE_GLUON=0`` keeps
-everything here).
+everything here, as does a Triton without a Gluon the kernel compiles against, with a warning).
 """
 
 from __future__ import annotations
