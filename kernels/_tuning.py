@@ -19,19 +19,25 @@ def fastest(
 ) -> C:
     """The cached pick for ``key``, else the candidate ``launch`` runs fastest (then cached).
 
-    A candidate that fails to launch (shared memory, registers) is skipped; none launching is
-    an error naming the key.
+    A candidate that fails to launch (shared memory, registers) is skipped. When none launches,
+    the first one's exception is raised, noted with the key: its type tells the caller why (a
+    CompilationError when the kernel does not compile with this Triton at all).
     """
     if key in cache:
         return cache[key]
     timings: list[tuple[float, int, C]] = []
+    first_error: Exception | None = None
     for i, c in enumerate(candidates):
         try:
             ms = triton.testing.do_bench(lambda c=c: launch(c), warmup=5, rep=20)
-        except Exception:  # a config that does not fit this GPU is just skipped
+        except Exception as exc:  # a config that does not fit this GPU is just skipped
+            first_error = first_error or exc
             continue
         timings.append((ms, i, c))
     if not timings:
-        raise RuntimeError(f"no candidate configuration could be launched for {key!r}")
+        if first_error is None:
+            raise ValueError(f"no candidate configurations given for {key!r}")
+        first_error.add_note(f"no candidate configuration could be launched for {key!r}")
+        raise first_error
     cache[key] = min(timings, key=lambda t: (t[0], t[1]))[2]
     return cache[key]

@@ -46,9 +46,12 @@ def test_ties_go_to_the_earlier_candidate(fake_timer):
     assert fastest({}, 0, ["first", "second"], launch) == "first"
 
 
-def test_nothing_launches_names_the_key(fake_timer):
+def test_nothing_launches_raises_the_first_error_with_the_key(fake_timer):
     def launch(c: str) -> None:
-        raise RuntimeError("no")
+        raise KeyError(f"no {c}")  # a type of its own: the caller sees what went wrong
 
-    with pytest.raises(RuntimeError, match="could be launched for .*'B2 T8192'"):
+    with pytest.raises(KeyError, match="no x") as info:
         fastest({}, "B2 T8192", ["x", "y"], launch)
+    assert any("'B2 T8192'" in n for n in info.value.__notes__)
+    with pytest.raises(ValueError, match="no candidate configurations given"):
+        fastest({}, "k", [], launch)
