@@ -23,8 +23,6 @@ interpreter for Gluon, so the kernel is checked on the GPU against ``naive.py``
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -38,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .._tuning import fastest
+from .._validate import check_scale
 
 _LOG2E = 1.4426950408889634
 
@@ -288,8 +287,7 @@ def block_attention_gluon(
     shift = int(q_offset) - int(k_offset) if causal else 0
     if hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
+    scale = check_scale(scale, d)  # > 0: the row maximum is taken before scaling
     if out is None:
         out = torch.empty_like(q)
     if lse is None:
