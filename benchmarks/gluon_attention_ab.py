@@ -23,7 +23,7 @@ import triton  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 from benchmarks._common import commit  # noqa: E402
-from benchmarks.bench_attention import sdpa  # noqa: E402
+from benchmarks.bench_attention import flops, sdpa  # noqa: E402
 from kernels.attention.block_attention import block_attention_triton  # noqa: E402
 from kernels.attention.gluon_fwd import block_attention_gluon  # noqa: E402
 
@@ -90,7 +90,7 @@ def main() -> None:
     print("\n| shape | kernel | ms | TFLOP/s | of cuDNN |\n|---|---|---|---|---|")
     for shape, row in times.items():
         b, s, h, d, causal = shape
-        fl = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        fl = flops(b, h, s, s, d, causal)
         ref = statistics.median(row["cudnn"])
         label = f"B{b} S{s} D{d} {'causal' if causal else 'full'}"
         for name, ms_list in row.items():
