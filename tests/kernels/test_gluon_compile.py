@@ -1,0 +1,62 @@
+"""The Gluon kernels compile for Hopper with this machine's Triton: no GPU needed.
+
+CI has no GPU and Gluon no interpreter, so without these a Triton release that renames a Gluon
+API (3.9 removed ``tma.async_copy_global_to_shared``, which 3.6 requires) would only show on the
+H200, as ``block_attention``'s one-time fallback warning and a slower kernel. The arithmetic is
+checked on the GPU (``test_gpu_attention.py``); here, that every configuration the host code can
+launch compiles, keeps its registers (no spills) and fits in one SM's shared memory.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+gluon_aot = pytest.importorskip(
+    "tests.kernels.gluon_aot",
+    reason="this Triton has no Gluon (it came after 3.2, the oldest pyproject allows)",
+)
+from triton.experimental.gluon import language as gl  # noqa: E402
+
+from kernels.attention.gluon_fwd import (  # noqa: E402
+    GLUON_CANDIDATES,
+    block_attention_gluon_fwd_kernel,
+)
+
+_ROWS = 64  # block_attention_gluon's rows per consumer warpgroup
+
+
+def _signature(d: int, dtype: str, block_n: int) -> dict[str, str]:
+    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+    q_layout = gl.NVMMASharedLayout.get_default_for([_ROWS, d], gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
+    kv = gluon_aot.tensordesc(dtype, [block_n, d], kv_layout)
+    return {
+        "q_desc": gluon_aot.tensordesc(dtype, [_ROWS, d], q_layout),
+        "k_desc": kv,
+        "v_desc": kv,
+        "out_ptr": f"*{dtype}",
+        "lse_ptr": "*fp32",
+        **dict.fromkeys(("Tq", "Tk", "shift", "Hq", "GROUP", "stride_ot", "stride_oh"), "i32"),
+        "qk_scale": "fp32",
+        "CAUSAL": "constexpr",
+        "STAGES": "constexpr",
+    }
+
+
+CASES = [
+    (d, "bf16", causal, block_n, stages)
+    for d in (64, 128)
+    for causal in (False, True)
+    for block_n, stages in GLUON_CANDIDATES
+] + [(128, "fp16", True, *GLUON_CANDIDATES[-1])]
+
+
+@pytest.mark.parametrize(("d", "dtype", "causal", "block_n", "stages"), CASES)
+def test_block_attention_kernel_compiles_for_hopper(d, dtype, causal, block_n, stages):
+    res = gluon_aot.compile_hopper(
+        block_attention_gluon_fwd_kernel,
+        _signature(d, dtype, block_n),
+        {"CAUSAL": causal, "STAGES": stages},
+    )
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
+    assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res
