@@ -29,20 +29,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .._gluon import tma_load
 from .._tuning import fastest
 from .._validate import check_scale
 
 _LOG2E = 1.4426950408889634
-
-# Triton 3.6 names the TMA load async_copy_global_to_shared; later releases renamed it
-# async_load and made the old name raise. Same arguments in both.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -55,7 +51,7 @@ def _loader(
     q_bytes: gl.constexpr = 2 * q_desc.block_type.nbytes
     mbarrier.expect(q_bar, q_bytes)
     for i in gl.static_range(2):  # one Q tile per consumer warpgroup
-        _tma_load(q_desc, [q_row + i * q_rows, q_col], q_bar, q_smem.index(i))
+        tma_load(q_desc, [q_row + i * q_rows, q_col], q_bar, q_smem.index(i))
     for j in range(n_tiles):
         st = j % STAGES
         # A fresh barrier counts as having completed the phase before 0, so the first round
@@ -63,10 +59,10 @@ def _loader(
         ph = ((j // STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(st), ph)
         mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(st), k_smem.index(st))
+        tma_load(k_desc, [kv_row + j * BLOCK_N, kv_col], k_ready.index(st), k_smem.index(st))
         mbarrier.wait(v_empty.index(st), ph)
         mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
-        _tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(st), v_smem.index(st))
+        tma_load(v_desc, [kv_row + j * BLOCK_N, kv_col], v_ready.index(st), v_smem.index(st))
 
 
 @gluon.jit
