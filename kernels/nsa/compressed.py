@@ -651,6 +651,18 @@ def banded_scores_ok(cfg: NSAConfig) -> bool:
 
 
 COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
+
+
+def _gluon_v2h(
+    *args: object, **kwargs: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``). PREPARED: not yet run."""
+    from kernels.nsa.compressed_gluon import compressed_gluon
+
+    return compressed_gluon(*args, **kwargs)  # type: ignore[arg-type]
+
+
+COMPRESSED_IMPLS["g2h"] = _gluon_v2h
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

@@ -1,0 +1,333 @@
+"""Compressed branch forward (variant v2h's algorithm) in Gluon, for Hopper.
+
+PREPARED, NOT YET RUN ON A GPU: it compiles for sm_90 with Triton 3.6; its GPU tests
+(``tests/kernels/test_gpu_nsa_gluon.py``) and its timing against v2h are the next device run's.
+
+Same outputs as ``compressed.nsa_compressed_fwd_kernel_v2`` with ``LSE_HI`` and ``KC_SPLIT``
+(the default "v2h"): o_cmp, lse and the banded block scores SA/SB, then the Triton top-n. What
+changes is the schedule, as in ``kernels/attention/gluon_fwd.py`` (0.85-0.92 of cuDNN there as
+Triton, 0.99-1.11 in Gluon):
+
+* a one-warp loader partition streams the compressed keys through shared-memory stages with
+  TMA: pass 1's k̃ hi tiles, then pass 2's (k̃ hi, k̃ lo, ṽ) tiles, in one ring;
+* two consumer partitions, one warpgroup each, take 64 rows each (64 / G positions × the G
+  query heads of one KV head), so one's softmax and score sums run while the other's wgmma
+  ops hold the tensor cores;
+* in pass 2, the block scores of a tile are summed while its P·ṽ product is on the tensor
+  cores. Each warp's 16 rows are whole positions when G = 16, so the head sums need no
+  shared-memory round trip.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from kernels.nsa.config import NSAConfig
+from kernels.nsa.topn import topn_triton
+
+_LOG2E = 1.4426950408889634
+ROWS = 64  # per consumer warpgroup
+
+
+@gluon.jit
+def _cmp_loader(
+    kh_desc, kl_desc, v_desc, bufs, kv_row, kv_col, n1,
+    BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
+):  # fmt: skip
+    kh_smem, kl_smem, v_smem, ready, empty = bufs
+    p1_bytes: gl.constexpr = kh_desc.block_type.nbytes
+    p2_bytes: gl.constexpr = (
+        kh_desc.block_type.nbytes + kl_desc.block_type.nbytes + v_desc.block_type.nbytes
+    )
+    for u in range(2 * n1):
+        st = u % STAGES
+        # A fresh barrier counts as having completed the phase before 0.
+        mbarrier.wait(empty.index(st), ((u // STAGES) & 1) ^ 1)
+        if u < n1:  # pass 1: k̃ hi only
+            row = kv_row + u * BLOCK_C
+            mbarrier.expect(ready.index(st), p1_bytes)
+            tma.async_copy_global_to_shared(
+                kh_desc, [row, kv_col], ready.index(st), kh_smem.index(st)
+            )
+        else:  # pass 2: k̃ hi, k̃ lo, ṽ
+            row = kv_row + (u - n1) * BLOCK_C
+            mbarrier.expect(ready.index(st), p2_bytes)
+            tma.async_copy_global_to_shared(
+                kh_desc, [row, kv_col], ready.index(st), kh_smem.index(st)
+            )
+            tma.async_copy_global_to_shared(
+                kl_desc, [row, kv_col], ready.index(st), kl_smem.index(st)
+            )
+            tma.async_copy_global_to_shared(
+                v_desc, [row, kv_col], ready.index(st), v_smem.index(st)
+            )
+
+
+@gluon.jit
+def _visible(t0, c0, n_vis, G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
+             BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+    """[ROWS, BLOCK_C]: compressed block c visible to the row's position t."""
+    t = t0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout)) // G
+    c = c0 + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, s_layout))
+    vis = gl.expand_dims(c * D_STRIDE + (L_CMP - 1), 0) <= gl.expand_dims(t, 1)
+    return vis & gl.expand_dims(c < n_vis, 0)
+
+
+@gluon.jit
+def _block_scores(p, dst, t0, c0, G: gl.constexpr, RATIO: gl.constexpr,
+                  L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, BLOCK_C: gl.constexpr):  # fmt: skip
+    """ω-banded group sums of one tile's probabilities into SA (own block) and SB (next)."""
+    sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
+    BT: gl.constexpr = 64 // G
+    BS: gl.constexpr = BLOCK_C // RATIO
+    pg = gl.sum(gl.reshape(p, [BT, G, BLOCK_C]), axis=1)  # head sum per position
+    p4 = gl.reshape(pg, [BT, BS, RATIO])
+    lay: gl.constexpr = p4.type.layout
+    r = gl.arange(0, RATIO, layout=gl.SliceLayout(0, gl.SliceLayout(0, lay)))
+    # ω(jL + r, j) and ω(jL + r, j + 1), in units of d
+    wa = (gl.minimum(r * D_STRIDE + L_CMP, RATIO * D_STRIDE) - r * D_STRIDE).to(gl.float32)
+    wb = gl.maximum(r * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(gl.float32)
+    wa = gl.expand_dims(gl.expand_dims(wa / D_STRIDE, 0), 0)
+    wb = gl.expand_dims(gl.expand_dims(wb / D_STRIDE, 0), 0)
+    sa = gl.sum(p4 * wa, axis=2)  # [BT, BS]
+    sb = gl.sum(p4 * wb, axis=2)
+    out_l: gl.constexpr = sa.type.layout
+    tt = t0 + gl.arange(0, BT, layout=gl.SliceLayout(1, out_l))
+    jj = c0 // RATIO + gl.arange(0, BS, layout=gl.SliceLayout(0, out_l))
+    mask = gl.expand_dims(tt < T, 1) & gl.expand_dims(jj < TS, 0)
+    off = b * ss_b + g * ss_h + gl.expand_dims(tt * ss_t, 1) + gl.expand_dims(jj, 0)
+    gl.store(sa_ptr + off, sa, mask=mask)
+    gl.store(sb_ptr + off, sb, mask=mask)
+
+
+@gluon.jit
+def _cmp_consumer(
+    bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
+    G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
+    DK: gl.constexpr, DV: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
+    SCORES: gl.constexpr,
+):  # fmt: skip
+    kh_smem, kl_smem, v_smem, ready, empty = bufs
+    q_ptr, sq_b, sq_t, sq_h = src
+    o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t = out
+    sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
+    nw: gl.constexpr = gl.num_warps()
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, BLOCK_C, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, DV, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    # Q rows (position t0 + r // G, head g·G + r % G), gathered once, in k̃'s fp16 for the dots.
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [nw, 1], [1, 0])
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, ld))
+    t_r = t0 + r // G
+    h_r = g * G + r % G
+    d = gl.arange(0, DK, layout=gl.SliceLayout(0, ld))
+    q_off = b * sq_b + gl.expand_dims(t_r * sq_t + h_r * sq_h, 1) + gl.expand_dims(d, 0)
+    q = gl.load(q_ptr + q_off, mask=gl.expand_dims(t_r < T, 1), other=0.0)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, DK], gl.float16)
+    q_smem = gl.allocate_shared_memory(gl.float16, [64, DK], q_layout, q.to(gl.float16))
+    fence_async_shared()  # the generic-proxy store before the async proxy (wgmma) reads it
+
+    zero_s = gl.zeros([64, BLOCK_C], gl.float32, s_layout)
+    # Blocks visible to this warpgroup's first position are visible to all its rows.
+    num0 = t0 + 1 - L_CMP
+    n_all = gl.minimum(gl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
+
+    # ---- pass 1: row max and sum (base 2) on k̃'s hi part ----
+    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([64], gl.float32, row_s)
+    for u in range(n1):
+        st = u % STAGES
+        mbarrier.wait(ready.index(st), (u // STAGES) & 1)
+        s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(empty.index(st), count=1)
+        c0 = u * BLOCK_C
+        if c0 + BLOCK_C <= n_all:
+            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+            e = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            l_i = l_i * gl.exp2(m_i - m_new) + gl.sum(e, 1)
+        else:  # the causal edge: guard rows that see nothing yet
+            vis = _visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)
+            sm = gl.where(vis, s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(sm, 1))
+            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+            e = gl.exp2(sm - gl.expand_dims(m_safe, 1))
+            l_i = l_i * gl.exp2(m_i - m_safe) + gl.sum(e, 1)
+        m_i = m_new
+    has = l_i > 0
+    lse2 = gl.where(has, m_i + gl.log2(gl.where(has, l_i, 1.0)), float("-inf"))
+    lse_safe = gl.where(has, lse2, 0.0)
+
+    # ---- pass 2: exact p (hi + lo logits), o = p·ṽ, the block scores ----
+    acc = gl.zeros([64, DV], gl.float32, o_layout)
+    l2 = gl.zeros([64], gl.float32, row_s)
+    for u in range(n1):
+        uu = n1 + u
+        st = uu % STAGES
+        mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
+        s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+        s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        c0 = u * BLOCK_C
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse_safe, 1))
+        if c0 + BLOCK_C > n_all:
+            p = gl.where(_visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout), p, 0.0)
+        l2 += gl.sum(p, 1)
+        p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        acc = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+        if SCORES:  # on the CUDA cores while p·ṽ runs
+            _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(empty.index(st), count=1)
+
+    # pass 1 saw hi-only logits: p sums to l2 = 1 + O(lse error); o and lse are corrected
+    l2 = gl.where(has, l2, 1.0)
+    acc = acc / gl.expand_dims(gl.convert_layout(l2, row_o), 1)
+    lse2 = lse2 + gl.log2(l2)
+    rows = gl.arange(0, 64, layout=row_o)
+    t_o = t0 + rows // G
+    h_o = g * G + rows % G
+    e = gl.arange(0, DV, layout=gl.SliceLayout(0, o_layout))
+    o_off = b * so_b + gl.expand_dims(t_o * so_t + h_o * so_h, 1) + gl.expand_dims(e, 0)
+    gl.store(o_ptr + o_off, acc.to(o_ptr.dtype.element_ty), mask=gl.expand_dims(t_o < T, 1))
+    lse_n = gl.convert_layout(lse2, row_o) * 0.6931471805599453
+    gl.store(lse_ptr + b * sl_b + t_o * sl_t + h_o, lse_n, mask=t_o < T)
+
+
+@gluon.jit
+def nsa_compressed_gluon_fwd_kernel(
+    q_ptr, kh_desc, kl_desc, v_desc, o_ptr, lse_ptr, sa_ptr, sb_ptr,
+    sq_b, sq_t, sq_h, so_b, so_t, so_h, sl_b, sl_t, ss_b, ss_h, ss_t,
+    T, TC, TS, HKV, qk_scale,
+    G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
+    STAGES: gl.constexpr, SCORES: gl.constexpr,
+):  # fmt: skip
+    """One program: 2 × (64 / G) positions × the G query heads of one (batch, KV head)."""
+    BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
+    DK: gl.constexpr = kh_desc.block_type.shape[1]
+    DV: gl.constexpr = v_desc.block_type.shape[1]
+    BT: gl.constexpr = 64 // G
+    pid_t = gl.num_programs(0) - 1 - gl.program_id(0)  # heavy (late) positions first
+    pid_bg = gl.program_id(1)
+    b = pid_bg // HKV
+    g = pid_bg % HKV
+    t0 = pid_t * (2 * BT)
+    t_last = gl.minimum(t0 + 2 * BT - 1, T - 1)
+    num = t_last + 1 - L_CMP
+    n_vis = gl.minimum(gl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
+    n1 = gl.cdiv(n_vis, BLOCK_C)
+
+    kh_smem = gl.allocate_shared_memory(kh_desc.dtype, [STAGES, BLOCK_C, DK], kh_desc.layout)
+    kl_smem = gl.allocate_shared_memory(kl_desc.dtype, [STAGES, BLOCK_C, DK], kl_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BLOCK_C, DV], v_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+
+    # Runtime values travel in tuples; constexprs go in the literal argument tuples (a tuple
+    # held in a variable reaches a worker partition as tensors).
+    bufs = (kh_smem, kl_smem, v_smem, ready, empty)
+    src = (q_ptr, sq_b, sq_t, sq_h)
+    out = (o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t)
+    dst = (sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS)
+    gl.warp_specialize(
+        [
+            (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
+                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
+            (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
+                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
+            (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, n1,
+                           BLOCK_C, STAGES)),
+        ],
+        [4, 1],
+        [232, 24],
+    )  # fmt: skip
+
+
+def compressed_gluon(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    want_indices: bool,
+    alloc: object = torch.empty,
+    *,
+    kc_lo: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
+    stages: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
+
+    Needs sm_90, k̃ split into fp16 hi (``kc``) and lo (``kc_lo``) parts, D 64 or 128, G a
+    power of two ≤ 64, and l′/d ≤ 16 (a 64-block tile holds whole selection blocks).
+    """
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        raise ValueError("the Gluon compressed kernel needs a Hopper GPU (sm_90)")
+    if kc_lo is None or kc.dtype != torch.float16 or kc_lo.dtype != torch.float16:
+        raise ValueError("the Gluon compressed kernel takes k̃ as fp16 hi (kc) and lo (kc_lo)")
+    b, t, hq, dk = q.shape
+    tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
+    g = hq // hkv
+    ratio = cfg.sel_block // cfg.cmp_stride
+    if dk not in (64, 128) or dv not in (64, 128) or g & (g - 1) or g > 64 or ratio > 16:
+        raise ValueError(f"unsupported shape for the Gluon compressed kernel: D {dk}/{dv}, G {g}")
+    if vc.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError("the Gluon compressed kernel takes a 16-bit ṽ")
+    ts = -(-t // cfg.sel_block)
+    dev = q.device
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    if want_indices:
+        sa = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+        sb = alloc((b, hkv, t, ts), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    else:  # dummies: SCORES=False never touches them
+        sa = sb = torch.empty((1, 1, 1, 1), dtype=torch.float32, device=dev)
+    block_c = 64
+    kh2 = kc.contiguous().view(b * tc, hkv * dk)
+    kl2 = kc_lo.contiguous().view(b * tc, hkv * dk)
+    v2 = vc.contiguous().view(b * tc, hkv * dv)
+    gv = gl.float16 if vc.dtype == torch.float16 else gl.bfloat16
+    k_layout = gl.NVMMASharedLayout.get_default_for([block_c, dk], gl.float16)
+    v_layout = gl.NVMMASharedLayout.get_default_for([block_c, dv], gv)
+    bt = 64 // g
+    grid = (triton.cdiv(t, 2 * bt), b * hkv)
+    nsa_compressed_gluon_fwd_kernel[grid](
+        q,
+        TensorDescriptor.from_tensor(kh2, [block_c, dk], k_layout),
+        TensorDescriptor.from_tensor(kl2, [block_c, dk], k_layout),
+        TensorDescriptor.from_tensor(v2, [block_c, dv], v_layout),
+        o, lse, sa, sb,
+        q.stride(0), q.stride(1), q.stride(2),
+        o.stride(0), o.stride(1), o.stride(2),
+        lse.stride(0), lse.stride(1),
+        sa.stride(0), sa.stride(1), sa.stride(2),
+        t, tc, ts, hkv, scale * _LOG2E,
+        G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
+        STAGES=stages, SCORES=want_indices, num_warps=4,
+    )  # fmt: skip
+    if not want_indices:
+        return o, lse, None
+    return o, lse, topn_triton(sa, sb, t, hkv, cfg, alloc)
