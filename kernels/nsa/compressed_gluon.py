@@ -42,7 +42,7 @@ ROWS = 64  # per consumer warpgroup
 
 @gluon.jit
 def _cmp_loader(
-    kh_desc, kl_desc, v_desc, bufs, kv_row, kv_col, n1,
+    kh_desc, kl_desc, v_desc, bufs, kv_row, k_col, v_col, n1,
     BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
     kh_smem, kl_smem, v_smem, ready, empty = bufs
@@ -58,20 +58,18 @@ def _cmp_loader(
             row = kv_row + u * BLOCK_C
             mbarrier.expect(ready.index(st), p1_bytes)
             tma.async_copy_global_to_shared(
-                kh_desc, [row, kv_col], ready.index(st), kh_smem.index(st)
+                kh_desc, [row, k_col], ready.index(st), kh_smem.index(st)
             )
         else:  # pass 2: k̃ hi, k̃ lo, ṽ
             row = kv_row + (u - n1) * BLOCK_C
             mbarrier.expect(ready.index(st), p2_bytes)
             tma.async_copy_global_to_shared(
-                kh_desc, [row, kv_col], ready.index(st), kh_smem.index(st)
+                kh_desc, [row, k_col], ready.index(st), kh_smem.index(st)
             )
             tma.async_copy_global_to_shared(
-                kl_desc, [row, kv_col], ready.index(st), kl_smem.index(st)
+                kl_desc, [row, k_col], ready.index(st), kl_smem.index(st)
             )
-            tma.async_copy_global_to_shared(
-                v_desc, [row, kv_col], ready.index(st), v_smem.index(st)
-            )
+            tma.async_copy_global_to_shared(v_desc, [row, v_col], ready.index(st), v_smem.index(st))
 
 
 @gluon.jit
@@ -258,7 +256,7 @@ def nsa_compressed_gluon_fwd_kernel(
                              G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
             (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
                              G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
-            (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, n1,
+            (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                            BLOCK_C, STAGES)),
         ],
         [4, 1],
