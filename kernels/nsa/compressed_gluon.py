@@ -1,6 +1,7 @@
 """Compressed branch forward (variant v2h's algorithm) in Gluon, for Hopper.
 
-PREPARED, NOT YET RUN ON A GPU: it compiles for sm_90 with Triton 3.6; its GPU tests
+PREPARED, NOT YET RUN ON A GPU: it compiles for sm_90 with Triton 3.6 and 3.9
+(``tests/kernels/test_gluon_compile.py``); its GPU tests
 (``tests/kernels/test_gpu_nsa_gluon.py``) and its timing against v2h are the next device run's.
 
 Same outputs as ``compressed.nsa_compressed_fwd_kernel_v2`` with ``LSE_HI`` and ``KC_SPLIT``
@@ -27,12 +28,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from kernels._gluon import tma_load
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.topn import topn_triton
 
@@ -57,19 +58,13 @@ def _cmp_loader(
         if u < n1:  # pass 1: k̃ hi only
             row = kv_row + u * BLOCK_C
             mbarrier.expect(ready.index(st), p1_bytes)
-            tma.async_copy_global_to_shared(
-                kh_desc, [row, k_col], ready.index(st), kh_smem.index(st)
-            )
+            tma_load(kh_desc, [row, k_col], ready.index(st), kh_smem.index(st))
         else:  # pass 2: k̃ hi, k̃ lo, ṽ
             row = kv_row + (u - n1) * BLOCK_C
             mbarrier.expect(ready.index(st), p2_bytes)
-            tma.async_copy_global_to_shared(
-                kh_desc, [row, k_col], ready.index(st), kh_smem.index(st)
-            )
-            tma.async_copy_global_to_shared(
-                kl_desc, [row, k_col], ready.index(st), kl_smem.index(st)
-            )
-            tma.async_copy_global_to_shared(v_desc, [row, v_col], ready.index(st), v_smem.index(st))
+            tma_load(kh_desc, [row, k_col], ready.index(st), kh_smem.index(st))
+            tma_load(kl_desc, [row, k_col], ready.index(st), kl_smem.index(st))
+            tma_load(v_desc, [row, v_col], ready.index(st), v_smem.index(st))
 
 
 @gluon.jit

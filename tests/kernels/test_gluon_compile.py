@@ -60,3 +60,42 @@ def test_block_attention_kernel_compiles_for_hopper(d, dtype, causal, block_n, s
     )
     assert res.spill_stores == 0 and res.spill_loads == 0, res
     assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res
+
+
+def _g2h_signature(d: int, out_dtype: str) -> dict[str, str]:
+    k_layout = gl.NVMMASharedLayout.get_default_for([64, d], gl.float16)
+    v_layout = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
+    strides = ("sq_b", "sq_t", "sq_h", "so_b", "so_t", "so_h", "sl_b", "sl_t")
+    return {
+        "q_ptr": "*bf16",
+        "kh_desc": gluon_aot.tensordesc("fp16", [64, d], k_layout),
+        "kl_desc": gluon_aot.tensordesc("fp16", [64, d], k_layout),
+        "v_desc": gluon_aot.tensordesc("bf16", [64, d], v_layout),
+        "o_ptr": f"*{out_dtype}",
+        **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr"), "*fp32"),
+        **dict.fromkeys((*strides, "ss_b", "ss_h", "ss_t", "T", "TC", "TS", "HKV"), "i32"),
+        "qk_scale": "fp32",
+        **dict.fromkeys(("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES"), "constexpr"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("d", "group", "stages", "scores", "out_dtype"),
+    [
+        (128, 16, 3, True, "fp16"),  # the paper shape, as nsa_attention runs it
+        (128, 16, 3, False, "fp32"),
+        (128, 16, 2, True, "fp32"),
+        (64, 1, 3, True, "fp32"),
+        (64, 64, 3, True, "fp16"),
+    ],
+)
+def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out_dtype):
+    from kernels.nsa.compressed_gluon import nsa_compressed_gluon_fwd_kernel
+
+    res = gluon_aot.compile_hopper(
+        nsa_compressed_gluon_fwd_kernel,
+        _g2h_signature(d, out_dtype),
+        {"G": group, "L_CMP": 32, "D_STRIDE": 16, "RATIO": 4, "STAGES": stages, "SCORES": scores},
+    )
+    assert res.spill_stores == 0 and res.spill_loads == 0, res
+    assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res
