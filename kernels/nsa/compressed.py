@@ -653,16 +653,24 @@ def banded_scores_ok(cfg: NSAConfig) -> bool:
 COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
 
 
-def _gluon_v2h(
-    *args: object, **kwargs: object
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _gluon(**opts: object) -> CompressedFn:
     """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``). PREPARED: not yet run."""
-    from kernels.nsa.compressed_gluon import compressed_gluon
 
-    return compressed_gluon(*args, **kwargs)  # type: ignore[arg-type]
+    def run(
+        *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        from kernels.nsa.compressed_gluon import compressed_gluon
+
+        return compressed_gluon(*args, **kwargs, **opts)  # type: ignore[arg-type]
+
+    return run
 
 
-COMPRESSED_IMPLS["g2h"] = _gluon_v2h
+# g2h: each tile's products waited on before its softmax (the two warpgroups overlap each
+# other); g2p: S_u's product runs while S_{u-1}'s softmax does, and p_u's while o's p·ṽ does.
+COMPRESSED_IMPLS["g2h"] = _gluon(pipe=False, stages=3)
+COMPRESSED_IMPLS["g2p"] = _gluon(pipe=True, stages=3)
+COMPRESSED_IMPLS["g2p4"] = _gluon(pipe=True, stages=4)
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

@@ -105,11 +105,41 @@ def _block_scores(p, dst, t0, c0, G: gl.constexpr, RATIO: gl.constexpr,
 
 
 @gluon.jit
+def _p1_update(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
+               G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
+               BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+    """Pass 1's online row max and sum (base 2) over one tile of hi-only logits."""
+    if c0 + BLOCK_C <= n_all:  # every row sees the whole tile
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        e = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        l_i = l_i * gl.exp2(m_i - m_new) + gl.sum(e, 1)
+    else:  # the causal edge: guard rows that see nothing yet
+        vis = _visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)
+        sm = gl.where(vis, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(sm, 1))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        e = gl.exp2(sm - gl.expand_dims(m_safe, 1))
+        l_i = l_i * gl.exp2(m_i - m_safe) + gl.sum(e, 1)
+    return m_new, l_i
+
+
+@gluon.jit
+def _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
+              G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
+              BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+    """Pass 2's probabilities of one tile of exact (hi + lo) logits, 0 where invisible."""
+    p = gl.exp2(s * qk_scale - gl.expand_dims(lse_safe, 1))
+    if c0 + BLOCK_C > n_all:
+        p = gl.where(_visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout), p, 0.0)
+    return p
+
+
+@gluon.jit
 def _cmp_consumer(
     bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     DK: gl.constexpr, DV: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
-    SCORES: gl.constexpr,
+    SCORES: gl.constexpr, PIPE: gl.constexpr,
 ):  # fmt: skip
     kh_smem, kl_smem, v_smem, ready, empty = bufs
     q_ptr, sq_b, sq_t, sq_h = src
@@ -146,26 +176,33 @@ def _cmp_consumer(
     # ---- pass 1: row max and sum (base 2) on k̃'s hi part ----
     m_i = gl.full([64], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
-    for u in range(n1):
-        st = u % STAGES
-        mbarrier.wait(ready.index(st), (u // STAGES) & 1)
-        s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)  # fmt: skip
-        s = warpgroup_mma_wait(0, deps=(s,))
-        mbarrier.arrive(empty.index(st), count=1)
-        c0 = u * BLOCK_C
-        if c0 + BLOCK_C <= n_all:
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            e = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            l_i = l_i * gl.exp2(m_i - m_new) + gl.sum(e, 1)
-        else:  # the causal edge: guard rows that see nothing yet
-            vis = _visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)
-            sm = gl.where(vis, s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(sm, 1))
-            m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
-            e = gl.exp2(sm - gl.expand_dims(m_safe, 1))
-            l_i = l_i * gl.exp2(m_i - m_safe) + gl.sum(e, 1)
-        m_i = m_new
+    if PIPE:
+        # S_u's wgmma runs while the softmax of S_{u-1} (already complete) runs here; nothing
+        # in flight crosses the loop's back edge.
+        s_done = zero_s
+        for u in range(n1):
+            st = u % STAGES
+            mbarrier.wait(ready.index(st), (u // STAGES) & 1)
+            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+            if u > 0:
+                m_i, l_i = _p1_update(s_done, m_i, l_i, (u - 1) * BLOCK_C, n_all, t0, n_vis,
+                                      qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+            s_done = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(empty.index(st), count=1)
+        if n1 > 0:
+            m_i, l_i = _p1_update(s_done, m_i, l_i, (n1 - 1) * BLOCK_C, n_all, t0, n_vis,
+                                  qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+    else:
+        for u in range(n1):
+            st = u % STAGES
+            mbarrier.wait(ready.index(st), (u // STAGES) & 1)
+            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(empty.index(st), count=1)
+            m_i, l_i = _p1_update(s, m_i, l_i, u * BLOCK_C, n_all, t0, n_vis, qk_scale,
+                                  G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
     has = l_i > 0
     lse2 = gl.where(has, m_i + gl.log2(gl.where(has, l_i, 1.0)), float("-inf"))
     lse_safe = gl.where(has, lse2, 0.0)
@@ -173,25 +210,66 @@ def _cmp_consumer(
     # ---- pass 2: exact p (hi + lo logits), o = p·ṽ, the block scores ----
     acc = gl.zeros([64, DV], gl.float32, o_layout)
     l2 = gl.zeros([64], gl.float32, row_s)
-    for u in range(n1):
-        uu = n1 + u
-        st = uu % STAGES
-        mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
-        s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)  # fmt: skip
-        s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        c0 = u * BLOCK_C
-        p = gl.exp2(s * qk_scale - gl.expand_dims(lse_safe, 1))
-        if c0 + BLOCK_C > n_all:
-            p = gl.where(_visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout), p, 0.0)
-        l2 += gl.sum(p, 1)
-        p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
-        acc = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
-        if SCORES:  # on the CUDA cores while p·ṽ runs
-            _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(empty.index(st), count=1)
+    if PIPE:
+        # As kernels/attention/gluon_fwd.py: S_u = Q·k̃_uᵀ and o += p_{u-1}·ṽ_{u-1} go to the
+        # tensor cores back to back; p_u and its block scores are computed while the second
+        # runs. Stage u-1 is freed once its product is done.
+        if n1 > 0:
+            st = n1 % STAGES
+            mbarrier.wait(ready.index(st), (n1 // STAGES) & 1)
+            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+            s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            p = _p2_probs(s, lse_safe, 0, n_all, t0, n_vis, qk_scale,
+                          G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+            l2 += gl.sum(p, 1)
+            if SCORES:
+                _block_scores(p, dst, t0, 0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+            p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+            for u in range(1, n1):
+                uu = n1 + u
+                st = uu % STAGES
+                pst = (uu - 1) % STAGES
+                mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
+                s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s,
+                                  use_acc=False, is_async=True)  # fmt: skip
+                s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+                acc = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
+                # wgmma groups retire in order: one outstanding means S_u is done.
+                s = warpgroup_mma_wait(1, deps=(s,))
+                c0 = u * BLOCK_C
+                p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
+                              G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+                l2 += gl.sum(p, 1)
+                if SCORES:
+                    _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+                acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+                mbarrier.arrive(empty.index(pst), count=1)
+                p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+            last = (2 * n1 - 1) % STAGES
+            acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty.index(last), count=1)
+    else:
+        for u in range(n1):
+            uu = n1 + u
+            st = uu % STAGES
+            mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
+            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+            s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(0, deps=(s,))
+            c0 = u * BLOCK_C
+            p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
+                          G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+            l2 += gl.sum(p, 1)
+            p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+            acc = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
+            if SCORES:  # on the CUDA cores while p·ṽ runs
+                _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(empty.index(st), count=1)
 
     # pass 1 saw hi-only logits: p sums to l2 = 1 + O(lse error); o and lse are corrected
     l2 = gl.where(has, l2, 1.0)
@@ -213,7 +291,7 @@ def nsa_compressed_gluon_fwd_kernel(
     sq_b, sq_t, sq_h, so_b, so_t, so_h, sl_b, sl_t, ss_b, ss_h, ss_t,
     T, TC, TS, HKV, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
-    STAGES: gl.constexpr, SCORES: gl.constexpr,
+    STAGES: gl.constexpr, SCORES: gl.constexpr, PIPE: gl.constexpr,
 ):  # fmt: skip
     """One program: 2 × (64 / G) positions × the G query heads of one (batch, KV head)."""
     BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
@@ -248,9 +326,9 @@ def nsa_compressed_gluon_fwd_kernel(
     gl.warp_specialize(
         [
             (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
-                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
+                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES, PIPE)),
             (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
-                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES)),
+                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES, PIPE)),
             (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                            BLOCK_C, STAGES)),
         ],
@@ -271,6 +349,7 @@ def compressed_gluon(
     kc_lo: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
     stages: int = 3,
+    pipe: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -319,7 +398,7 @@ def compressed_gluon(
         sa.stride(0), sa.stride(1), sa.stride(2),
         t, tc, ts, hkv, scale * _LOG2E,
         G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
-        STAGES=stages, SCORES=want_indices, num_warps=4,
+        STAGES=stages, SCORES=want_indices, PIPE=pipe, num_warps=4,
     )  # fmt: skip
     if not want_indices:
         return o, lse, None

@@ -75,27 +75,39 @@ def _g2h_signature(d: int, out_dtype: str) -> dict[str, str]:
         **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr"), "*fp32"),
         **dict.fromkeys((*strides, "ss_b", "ss_h", "ss_t", "T", "TC", "TS", "HKV"), "i32"),
         "qk_scale": "fp32",
-        **dict.fromkeys(("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES"), "constexpr"),
+        **dict.fromkeys(
+            ("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE"), "constexpr"
+        ),
     }
 
 
 @pytest.mark.parametrize(
-    ("d", "group", "stages", "scores", "out_dtype"),
+    ("d", "group", "stages", "scores", "out_dtype", "pipe"),
     [
-        (128, 16, 3, True, "fp16"),  # the paper shape, as nsa_attention runs it
-        (128, 16, 3, False, "fp32"),
-        (128, 16, 2, True, "fp32"),
-        (64, 1, 3, True, "fp32"),
-        (64, 64, 3, True, "fp16"),
+        (128, 16, 3, True, "fp16", False),  # the paper shape, as nsa_attention runs it
+        (128, 16, 3, True, "fp16", True),
+        (128, 16, 4, True, "fp16", True),
+        (128, 16, 3, False, "fp32", True),
+        (128, 16, 2, True, "fp32", False),
+        (64, 1, 3, True, "fp32", True),
+        (64, 64, 3, True, "fp16", False),
     ],
 )
-def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out_dtype):
+def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out_dtype, pipe):
     from kernels.nsa.compressed_gluon import nsa_compressed_gluon_fwd_kernel
 
     res = gluon_aot.compile_hopper(
         nsa_compressed_gluon_fwd_kernel,
         _g2h_signature(d, out_dtype),
-        {"G": group, "L_CMP": 32, "D_STRIDE": 16, "RATIO": 4, "STAGES": stages, "SCORES": scores},
+        {
+            "G": group,
+            "L_CMP": 32,
+            "D_STRIDE": 16,
+            "RATIO": 4,
+            "STAGES": stages,
+            "SCORES": scores,
+            "PIPE": pipe,
+        },
     )
     assert res.spill_stores == 0 and res.spill_loads == 0, res
     assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res

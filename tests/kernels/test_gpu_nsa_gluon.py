@@ -1,7 +1,8 @@
-"""The Gluon compressed branch (variant "g2h", kernels/nsa/compressed_gluon.py) on an H200.
+"""The Gluon compressed branch (variants g2h, g2p, g2p4: kernels/nsa/compressed_gluon.py) on an H200.
 
-PREPARED: written and compiled for sm_90 with Triton 3.6, not yet run. Each check is one the
-Triton variants pass in test_gpu_nsa.py, plus g2h against v2h on the same inputs.
+PREPARED: written and compiled for sm_90 with Triton 3.6 and 3.9 (test_gluon_compile.py), not
+yet run. Each check is one the Triton variants pass in test_gpu_nsa.py, plus each Gluon variant
+against v2h on the same inputs.
 """
 
 from __future__ import annotations
@@ -24,14 +25,20 @@ pytestmark = [
 PAPER = NSAConfig()
 
 
-@pytest.fixture(autouse=True)
-def poison_and_g2h(monkeypatch: pytest.MonkeyPatch) -> None:
+GLUON = ("g2h", "g2p", "g2p4")
+
+
+@pytest.fixture(params=GLUON[:2])
+def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """nsa_attention's compressed branch on a Gluon variant, with NaN-poisoned outputs."""
     monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
-    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", "g2h")
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", request.param)
+    return request.param
 
 
+@pytest.mark.usefixtures("variant")
 @pytest.mark.parametrize("group", [1, 2, 4, 8, 16])
-def test_g2h_groups_odd_length(group: int) -> None:
+def test_gluon_groups_odd_length(group: int) -> None:
     t, hkv = 1777, 2
     q, k, v, g = make_inputs(1, t, group * hkv, hkv, 64, torch.bfloat16, seed=group, device="cuda")
     cfg = NSAConfig(window=256, sel_count=8)
@@ -43,7 +50,8 @@ def test_g2h_groups_odd_length(group: int) -> None:
     assert same >= 0.999, same
 
 
-def test_g2h_benchmark_shape_stage3_selection() -> None:
+@pytest.mark.usefixtures("variant")
+def test_gluon_benchmark_shape_stage3_selection() -> None:
     """As test_gpu_nsa's: T=8k, 16 query heads on 1 KV head, D=128, paper config, ≥ 99.95 %."""
     q, k, v, g = make_inputs(1, 8192, 16, 1, 128, torch.bfloat16, seed=8, device="cuda")
     _, aux = nsa_attention(q, k, v, g, PAPER, return_aux=True)
@@ -54,8 +62,9 @@ def test_g2h_benchmark_shape_stage3_selection() -> None:
 
 
 @pytest.mark.parametrize("scores", [True, False])
-def test_g2h_against_v2h_same_inputs(scores: bool) -> None:
-    """Paper shape at 4k: o, lse and the top-n of g2h against the Triton v2h on one input."""
+@pytest.mark.parametrize("name", GLUON)
+def test_gluon_against_v2h_same_inputs(name: str, scores: bool) -> None:
+    """Paper shape at 4k: o, lse and the top-n of a Gluon variant against v2h on one input."""
     q, k, v, _ = make_inputs(1, 4096, 64, 4, 128, torch.bfloat16, seed=11, device="cuda")
     tc = (4096 - PAPER.cmp_block) // PAPER.cmp_stride + 1
     gen = torch.Generator(device="cuda").manual_seed(12)
@@ -65,7 +74,7 @@ def test_g2h_against_v2h_same_inputs(scores: bool) -> None:
     lo = (kc - hi.float()).to(torch.float16)
     scale = 128**-0.5
     o1, l1, i1 = COMPRESSED_IMPLS["v2h"](q, hi, vc, PAPER, scale, scores, kc_lo=lo)
-    o2, l2, i2 = COMPRESSED_IMPLS["g2h"](q, hi, vc, PAPER, scale, scores, kc_lo=lo)
+    o2, l2, i2 = COMPRESSED_IMPLS[name](q, hi, vc, PAPER, scale, scores, kc_lo=lo)
     assert torch.isfinite(o2).all() and not torch.isnan(l2).any()
     assert ((o2 - o1).norm() / o1.norm()).item() < 1e-5
     fin = torch.isfinite(l1)
