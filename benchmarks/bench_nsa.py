@@ -60,7 +60,7 @@ from kernels.nsa.selection import (  # noqa: E402
 )
 from kernels.nsa.topn import topn_triton  # noqa: E402
 from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
-from kernels.nsa.window import window_triton  # noqa: E402
+from kernels.nsa.window import WINDOW_IMPLS, window_triton  # noqa: E402
 
 B, HQ, HKV, D = 1, 64, 4, 128
 
@@ -194,6 +194,7 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true", help="compare kernel variants")
     ap.add_argument("--sel", nargs="+", default=list(SEL_VARIANTS), help="selection variants")
     ap.add_argument("--cmp", nargs="+", default=list(COMPRESSED_IMPLS), help="cmp variants")
+    ap.add_argument("--win", nargs="+", default=["v1"], help="window variants (v1, g1)")
     ap.add_argument(
         "--autotune",
         action="store_true",
@@ -217,7 +218,7 @@ def main() -> None:
         print("bench_nsa: needs CUDA")
         return
     if args.variants:
-        run_variants(args.seqs or [32768, 65536], args.sel, args.cmp)
+        run_variants(args.seqs or [32768, 65536], args.sel, args.cmp, args.win)
         return
     args.seqs = args.seqs or [16384, 32768, 65536]
     print(
@@ -296,7 +297,7 @@ def _sel_fn(label: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     )
 
 
-def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
+def run_variants(seqs: list[int], sel: list[str], cmp: list[str], win: list[str]) -> None:
     """One table: per-branch and total times of every variant, outputs checked against v1."""
     cfg = NSAConfig()
     scale = D**-0.5
@@ -404,31 +405,41 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str]) -> None:
 
         o_cmp, _, _ = ref_c
         o_slc, _ = selection_triton(q, k, v, idx, cfg, scale)
-        ms = timed(
-            "window+combine",
-            t,
-            lambda: window_triton(q, k, v, cfg.window, scale, combine=(o_cmp, o_slc, gates)),
-            fl["win"],
-        )
-        cell("window+combine", t, ms, fl["win"])
+        ref_w = window_triton(q, k, v, cfg.window, scale, combine=(o_cmp, o_slc, gates))
+        for wname in win:
+            wfn = WINDOW_IMPLS[wname]
+            row = f"window+combine {wname}"
+            ms = timed(
+                row,
+                t,
+                lambda wfn=wfn: wfn(q, k, v, cfg.window, scale, combine=(o_cmp, o_slc, gates)),
+                fl["win"],
+            )
+            try:
+                o, lse = wfn(q, k, v, cfg.window, scale, combine=(o_cmp, o_slc, gates))
+                check = f"out {diff(o, ref_w[0])}; lse {diff(lse, ref_w[1])}"
+            except Exception as exc:
+                check = f"FAILED {type(exc).__name__}"
+            cell(row, t, ms, fl["win"], check)
 
         # totals, every combination
         total_fl = fl["cmp"] + fl["slc"] + fl["win"]
-        nsa_mod.VARIANTS.update(selection="v1", compressed="v1")
+        nsa_mod.VARIANTS.update(selection="v1", compressed="v1", window="v1")
         _set_sel("v1")
         ref_out = nsa_attention(q, k, v, gates, cfg)
         for cname in cmp:
             for label in sel:
-                _set_sel(label)
-                nsa_mod.VARIANTS["compressed"] = cname
-                row = f"total fwd slc {label} / cmp {cname}"
-                ms = timed(row, t, lambda: nsa_attention(q, k, v, gates, cfg), total_fl)
-                try:
-                    check = "out " + diff(nsa_attention(q, k, v, gates, cfg), ref_out)
-                except Exception as exc:
-                    check = f"FAILED {type(exc).__name__}"
-                cell(row, t, ms, total_fl, check)
-        nsa_mod.VARIANTS.update(selection=None, compressed=None)
+                for wname in win:
+                    _set_sel(label)
+                    nsa_mod.VARIANTS.update(compressed=cname, window=wname)
+                    row = f"total fwd slc {label} / cmp {cname} / win {wname}"
+                    ms = timed(row, t, lambda: nsa_attention(q, k, v, gates, cfg), total_fl)
+                    try:
+                        check = "out " + diff(nsa_attention(q, k, v, gates, cfg), ref_out)
+                    except Exception as exc:
+                        check = f"FAILED {type(exc).__name__}"
+                    cell(row, t, ms, total_fl, check)
+        nsa_mod.VARIANTS.update(selection=None, compressed=None, window=None)
         os.environ.pop("KGRADE_NSA_SELECTION_R", None)
 
     for t in seqs:

@@ -24,7 +24,7 @@ from kernels.nsa.torch_path import (
     window_torch,
 )
 from kernels.nsa.validate import NSADims, check_nsa_args
-from kernels.nsa.window import window_triton
+from kernels.nsa.window import WINDOW_IMPLS, window_triton
 
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
 # forgot to write shows up as NaN instead of passing as stale memory.
@@ -35,7 +35,12 @@ R = TypeVar("R")  # what run_with_checks' run returns
 # Kernel variants of the Triton path, chosen at call time (benchmarks compare them side by
 # side on identical inputs before a default is picked). An entry set here wins over the
 # environment variable; None → env → DEFAULT_VARIANTS.
-VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selection_dq": None}
+VARIANTS: dict[str, str | None] = {
+    "selection": None,
+    "compressed": None,
+    "selection_dq": None,
+    "window": None,
+}
 # Measured fastest on one H200 (bench_nsa.py --variants, 2026-12-01, paper config, 64k):
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
 # 30.5 (idx 99.997 % equal to v1's; stage-3 agreement tested at the exercise's shape).
@@ -46,21 +51,24 @@ VARIANTS: dict[str, str | None] = {"selection": None, "compressed": None, "selec
 # 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
-DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds"}
+DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds", "window": "v1"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",
     "selection_dq": "KGRADE_NSA_SELECTION_DQ",
+    "window": "KGRADE_NSA_WINDOW",
 }
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
     "selection_dq": {name: name for name in DQ_PATHS},
+    "window": WINDOW_IMPLS,  # type: ignore[dict-item]
 }
 
 
 def variant(branch: str) -> str:
-    """The active variant name of ``branch`` ("selection", "compressed" or "selection_dq")."""
+    """The active variant name of ``branch`` ("selection", "compressed", "selection_dq",
+    "window")."""
     name = VARIANTS[branch] or os.environ.get(_VARIANT_ENV[branch], "") or DEFAULT_VARIANTS[branch]
     if name not in _VARIANT_IMPLS[branch]:
         raise ValueError(
@@ -335,7 +343,10 @@ def selection_and_window(
     o_win = None
     if keep_o_win:
         o_win = _alloc(q.shape[:3] + (v.shape[3],), dtype=o_dtype, device=q.device)
-    out, lse_win = window_triton(
+    name = variant("window")
+    # window_triton looked up here, not through WINDOW_IMPLS, so tests can wrap it
+    window_fn = window_triton if name == "v1" else WINDOW_IMPLS[name]
+    out, lse_win = window_fn(
         q, k, v, cfg.window, dims.scale, combine=(o_cmp, o_slc, gates), alloc=_alloc, o_win=o_win
     )
     return out, o_slc, lse_slc, o_win, lse_win

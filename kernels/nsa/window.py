@@ -244,3 +244,16 @@ def window_triton(
         DOT_F32=dot_f32(q.dtype),
     )
     return o, lse
+
+
+def _window_gluon(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """``window_gluon.window_gluon`` (Hopper only), imported on first use: a Triton without
+    Gluon still imports this module. PREPARED: not yet run on a GPU."""
+    from kernels.nsa.window_gluon import window_gluon
+
+    return window_gluon(*args, **kwargs)  # type: ignore[arg-type]
+
+
+# v1: the Triton kernel above (4 positions × the G heads of a KV head per program); g1: the
+# Gluon kernel (128 positions of one query head per program, block attention's schedule).
+WINDOW_IMPLS = {"v1": window_triton, "g1": _window_gluon}

@@ -1,8 +1,10 @@
-"""The Gluon compressed branch (variants g2h, g2p, g2p4: kernels/nsa/compressed_gluon.py) on an H200.
+"""The Gluon NSA kernels on an H200: the compressed branch (variants g2h, g2p, g2p4:
+kernels/nsa/compressed_gluon.py) and the window branch with the combine (variant g1:
+kernels/nsa/window_gluon.py).
 
 PREPARED: written and compiled for sm_90 with Triton 3.6 and 3.9 (test_gluon_compile.py), not
-yet run. Each check is one the Triton variants pass in test_gpu_nsa.py, plus each Gluon variant
-against v2h on the same inputs.
+yet run. Each check is one the Triton variants pass in test_gpu_nsa.py, plus each Gluon kernel
+against its Triton counterpart on the same inputs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import torch
 import kernels.nsa.attention as nsa_attention_mod
 from kernels.nsa import NSAConfig, nsa_attention
 from kernels.nsa.compressed import COMPRESSED_IMPLS
+from kernels.nsa.window import window_triton
+from kernels.nsa.window_gluon import window_gluon
 from tests.kernels.test_nsa_utils import assert_lse_close, assert_matches, make_inputs, reference
 
 pytestmark = [
@@ -28,11 +32,12 @@ PAPER = NSAConfig()
 GLUON = ("g2h", "g2p", "g2p4")
 
 
-@pytest.fixture(params=GLUON[:2])
-def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """nsa_attention's compressed branch on a Gluon variant, with NaN-poisoned outputs."""
+@pytest.fixture(params=[("g2h", "v1"), ("g2p", "g1")], ids=["g2h", "g2p+g1"])
+def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """nsa_attention on Gluon variants (compressed, window), with NaN-poisoned outputs."""
     monkeypatch.setattr(nsa_attention_mod, "POISON_OUTPUTS", True)
-    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", request.param)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", request.param[0])
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", request.param[1])
     return request.param
 
 
@@ -76,10 +81,54 @@ def test_gluon_against_v2h_same_inputs(name: str, scores: bool) -> None:
     o1, l1, i1 = COMPRESSED_IMPLS["v2h"](q, hi, vc, PAPER, scale, scores, kc_lo=lo)
     o2, l2, i2 = COMPRESSED_IMPLS[name](q, hi, vc, PAPER, scale, scores, kc_lo=lo)
     assert torch.isfinite(o2).all() and not torch.isnan(l2).any()
-    assert ((o2 - o1).norm() / o1.norm()).item() < 1e-5
+    # v2h's pass 1 may take 128-key tiles (its autotuned config) where the Gluon kernel takes
+    # 64: lse then differs by a few ulp, which flips the bf16 rounding of some p (≈ 8e-6
+    # relative in o, simulated on CPU; 0 with equal tiles).
+    assert ((o2 - o1).norm() / o1.norm()).item() < 5e-5
     fin = torch.isfinite(l1)
     assert torch.equal(fin, torch.isfinite(l2))
     assert (l2[fin] - l1[fin]).abs().max().item() < 1e-5
     if scores:
         same = (i1 == i2).all(-1).float().mean().item()
         assert same >= 0.9999, same
+
+
+def _nan_alloc(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+@pytest.mark.parametrize(
+    ("t", "hq", "hkv", "d", "window"),
+    [
+        (1777, 16, 1, 128, 512),  # odd length, the paper's G and w
+        (1777, 8, 2, 64, 100),  # D 64, a window that is no multiple of the tile
+        (300, 4, 4, 128, 1),  # each position sees itself only
+        (4096, 64, 4, 128, 512),  # the paper shape
+        (200, 2, 1, 64, 4096),  # window longer than the sequence: plain causal
+    ],
+)
+@pytest.mark.parametrize("mode", ["alone", "combine", "combine+o_win"])
+def test_window_gluon_against_triton(t: int, hq: int, hkv: int, d: int, window: int, mode: str):
+    """window_gluon against window_triton on one input: o (or the combined out), lse, o_win."""
+    q, k, v, gates = make_inputs(1, t, hq, hkv, d, torch.bfloat16, seed=t + window, device="cuda")
+    scale = d**-0.5
+    kw: dict[str, object] = {}
+    if mode != "alone":
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        o_cmp = torch.randn(q.shape, device="cuda", generator=gen).to(torch.float16)
+        o_slc = torch.randn(q.shape, device="cuda", generator=gen).to(torch.float16)
+        kw["combine"] = (o_cmp, o_slc, gates)
+    ow_ref = ow = None
+    if mode == "combine+o_win":
+        ow_ref = torch.empty(q.shape, dtype=torch.float16, device="cuda")
+        ow = torch.full(q.shape, float("nan"), dtype=torch.float16, device="cuda")
+    o_ref, lse_ref = window_triton(q, k, v, window, scale, o_win=ow_ref, **kw)  # type: ignore[arg-type]
+    o, lse = window_gluon(q, k, v, window, scale, alloc=_nan_alloc, o_win=ow, **kw)  # type: ignore[arg-type]
+    assert o.dtype == o_ref.dtype and o.shape == o_ref.shape
+    assert not torch.isnan(o).any() and not torch.isnan(lse).any()
+    tol = 2e-2 if o.dtype == torch.bfloat16 else 1e-3
+    torch.testing.assert_close(o.float(), o_ref.float(), atol=tol, rtol=tol)
+    assert (lse - lse_ref).abs().max().item() < 1e-3
+    if ow is not None and ow_ref is not None:
+        assert not torch.isnan(ow).any()
+        torch.testing.assert_close(ow.float(), ow_ref.float(), atol=1e-3, rtol=1e-3)
