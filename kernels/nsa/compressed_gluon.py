@@ -360,6 +360,8 @@ def compressed_gluon(
         raise ValueError("the Gluon compressed kernel needs a Hopper GPU (sm_90)")
     if kc_lo is None or kc.dtype != torch.float16 or kc_lo.dtype != torch.float16:
         raise ValueError("the Gluon compressed kernel takes k̃ as fp16 hi (kc) and lo (kc_lo)")
+    if kc_lo.shape != kc.shape:
+        raise ValueError(f"kc_lo {tuple(kc_lo.shape)} must have kc's shape {tuple(kc.shape)}")
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
     g = hq // hkv

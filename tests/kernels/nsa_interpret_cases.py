@@ -294,6 +294,35 @@ def test_compressed_kc_split_gives_fp32_logits(
 ODD_RATIO = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=24, sel_count=4, window=20)
 
 
+# l′/d = 32: a 64-block tile of the Gluon kernel would split a selection block
+WIDE_RATIO = NSAConfig(
+    cmp_block=4, cmp_stride=2, sel_block=64, sel_count=2, sel_init=1, sel_local=1, window=16
+)
+
+
+@pytest.mark.parametrize("name", ["g2h", "g2p", "g2p4"])
+@pytest.mark.parametrize("case", ["k̃ whole (no lo part)", "l′/d = 32"])
+def test_gluon_compressed_variants_hand_what_they_cannot_take_to_v2h(name: str, case: str):
+    """The Gluon variants (Hopper only) route inputs their kernel does not take to v2h, which
+    computes the same thing, so choosing one as the default never turns such inputs into an
+    error; here under the interpreter, where v2h runs and Gluon could not."""
+    cfg = WIDE_RATIO if case == "l′/d = 32" else FINE
+    gen = torch.Generator().manual_seed(23)
+    b, t, hq, hkv, d = 1, 150, 4, 2, 16
+    tc = num_cmp_blocks(t, cfg)
+    q = torch.randn(b, t, hq, d, generator=gen).to(torch.bfloat16)
+    kc32 = torch.randn(b, tc, hkv, d, generator=gen)
+    vc = torch.randn(b, tc, hkv, d, generator=gen).half()
+    hi, lo = _split_fp16(kc32)
+    kc, kc_lo = (kc32.to(torch.bfloat16), None) if case.startswith("k̃") else (hi, lo)
+    args = (q, kc, vc, cfg, d**-0.5, True)
+    want = compressed_mod.COMPRESSED_IMPLS["v2h"](*args, kc_lo=kc_lo)
+    got = compressed_mod.COMPRESSED_IMPLS[name](*args, kc_lo=kc_lo)
+    for x, y in zip(got, want, strict=True):
+        assert x is not None and y is not None
+        assert torch.equal(x, y)
+
+
 @pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
 def test_fp16_compressed_storage_keeps_fp32_logits(
     monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig
