@@ -67,14 +67,15 @@ def _loader(
 
 @gluon.jit
 def _masked(s, q_start, k_start, Tk, shift, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, s_layout: gl.constexpr, WINDOW: gl.constexpr):  # fmt: skip
+            BLOCK_N: gl.constexpr, s_layout: gl.constexpr, WINDOWED: gl.constexpr,
+            window):  # fmt: skip
     rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols = k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     keep = gl.expand_dims(cols < Tk, 0)
     if CAUSAL:  # key j visible to query i iff j <= i + shift (shift = q_offset - k_offset >= 0)
         keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows + shift, 1))
-    if WINDOW > 0:  # and, in a sliding window, j > i + shift - WINDOW
-        keep = keep & (gl.expand_dims(cols, 0) > gl.expand_dims(rows + shift - WINDOW, 1))
+    if WINDOWED:  # and, in a sliding window, j > i + shift - window
+        keep = keep & (gl.expand_dims(cols, 0) > gl.expand_dims(rows + shift - window, 1))
     return gl.where(keep, s, float("-inf"))
 
 
@@ -82,7 +83,7 @@ def _masked(s, q_start, k_start, Tk, shift, CAUSAL: gl.constexpr, BLOCK_M: gl.co
 def _attend(
     q_smem, bufs, n_tiles, q_start, kv_start, Tk, shift, qk_scale,
     ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+    STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, window,
 ):  # fmt: skip
     """ROWS query rows from q_start over the streamed K/V tiles (keys from kv_start).
 
@@ -102,9 +103,9 @@ def _attend(
     zero_s = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, o_layout)
     # Key tiles j with j_lo <= j < j_hi need no mask for any of these rows.
-    if WINDOW > 0:
+    if WINDOWED:
         # every key of the tile inside the last row's window, and at or before the first row
-        j_lo = gl.cdiv(gl.maximum(q_start + ROWS + shift - WINDOW - kv_start, 0), BLOCK_N)
+        j_lo = gl.cdiv(gl.maximum(q_start + ROWS + shift - window - kv_start, 0), BLOCK_N)
         j_hi = (gl.minimum(q_start + shift + 1, Tk) - kv_start) // BLOCK_N
     elif CAUSAL:
         j_lo = 0  # (tile 0, peeled below, is always masked)
@@ -119,7 +120,7 @@ def _attend(
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    s = _masked(s, q_start, kv_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOW)
+    s = _masked(s, q_start, kv_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOWED, window)
     m_i = gl.max(s, 1) * qk_scale  # [ROWS], log2 units
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, 1)
@@ -137,13 +138,15 @@ def _attend(
         # wgmma groups retire in order: one outstanding means S_j is done, P V still running.
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(st), count=1)
-        if WINDOW > 0:  # noqa: SIM108 - a constexpr branch
+        if WINDOWED:  # noqa: SIM108 - a constexpr branch
             edge = (j < j_lo) | (j >= j_hi)
         else:
             edge = j >= j_hi
         if edge:
             k_start = kv_start + j * BLOCK_N
-            s = _masked(s, q_start, k_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOW)
+            s = _masked(
+                s, q_start, k_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOWED, window
+            )
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
@@ -173,7 +176,7 @@ def _consumer(
     """Attention of ROWS query rows from q_start over the streamed K/V tiles, stored at the end."""
     out_ptr, lse_ptr, b, h, bh, stride_ot, stride_oh = dst
     acc, m_i, l_i = _attend(q_smem, bufs, n_tiles, q_start, 0, Tk, shift, qk_scale,
-                            ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL, 0)  # fmt: skip
+                            ROWS, BLOCK_N, HEAD_D, STAGES, CAUSAL, False, 0)  # fmt: skip
     o_layout: gl.constexpr = acc.type.layout
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     # Stored straight from the wgmma layout: a layout conversion would need a shared-memory

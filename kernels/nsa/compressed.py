@@ -656,9 +656,10 @@ COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
 def _gluon(**opts: object) -> CompressedFn:
     """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``). PREPARED: not yet run.
 
-    Inputs the Gluon kernel does not take go to v2h, which computes the same thing: a k̃ kept
-    whole (no fp16 lo part: nsa_attention stores it in bf16 when its values reach fp16's
-    range) or l′/d = 32 (a 64-block tile would split a selection block).
+    Inputs the Gluon kernel does not take go to v2h, which computes the same thing: another
+    GPU than Hopper, or the CPU; a k̃ kept whole (no fp16 lo part: nsa_attention stores it in
+    bf16 when its values reach fp16's range); l′/d = 32 (a 64-block tile would split a
+    selection block); D other than 64 and 128; G not a power of two.
     """
 
     def run(
@@ -670,11 +671,13 @@ def _gluon(**opts: object) -> CompressedFn:
         kc_lo: torch.Tensor | None = None,
         **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        if kc_lo is None or cfg.sel_block // cfg.cmp_stride > 16:
-            return COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
-        from kernels.nsa.compressed_gluon import compressed_gluon
+        from kernels.nsa.compressed_gluon import compressed_gluon, compressed_gluon_unsupported
 
-        return compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs, **opts)  # type: ignore[arg-type]
+        if compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo) is not None:
+            return COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
+
+        kwargs.update(opts)
+        return compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)  # type: ignore[arg-type]
 
     return run
 

@@ -337,6 +337,39 @@ def nsa_compressed_gluon_fwd_kernel(
     )  # fmt: skip
 
 
+def _on_hopper(x: torch.Tensor) -> bool:
+    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] == 9
+
+
+def compressed_gluon_unsupported(
+    q: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    cfg: NSAConfig,
+    kc_lo: torch.Tensor | None,
+) -> str | None:
+    """Why the Gluon compressed kernel cannot take these inputs, or None when it can."""
+    if not _on_hopper(q):
+        return "the Gluon compressed kernel needs a Hopper GPU (sm_90)"
+    if kc_lo is None or kc.dtype != torch.float16 or kc_lo.dtype != torch.float16:
+        return "the Gluon compressed kernel takes k̃ as fp16 hi (kc) and lo (kc_lo)"
+    if kc_lo.shape != kc.shape:
+        return f"kc_lo {tuple(kc_lo.shape)} must have kc's shape {tuple(kc.shape)}"
+    if vc.dtype not in (torch.float16, torch.bfloat16):
+        return "the Gluon compressed kernel takes a 16-bit ṽ"
+    hq, dk, hkv, dv = q.shape[2], q.shape[3], kc.shape[2], vc.shape[3]
+    g = hq // hkv
+    ratio = cfg.sel_block // cfg.cmp_stride
+    if dk not in (64, 128) or dv not in (64, 128) or hq % hkv or g & (g - 1) or g > 64:
+        return (
+            "the Gluon compressed kernel takes D 64 or 128 and G a power of two ≤ 64: "
+            f"D {dk}/{dv}, G {hq}/{hkv}"
+        )
+    if ratio > 16:
+        return f"the Gluon compressed kernel takes l′/d ≤ 16, got {ratio}"
+    return None
+
+
 def compressed_gluon(
     q: torch.Tensor,
     kc: torch.Tensor,
@@ -356,20 +389,14 @@ def compressed_gluon(
     Needs sm_90, k̃ split into fp16 hi (``kc``) and lo (``kc_lo``) parts, D 64 or 128, G a
     power of two ≤ 64, and l′/d ≤ 16 (a 64-block tile holds whole selection blocks).
     """
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise ValueError("the Gluon compressed kernel needs a Hopper GPU (sm_90)")
-    if kc_lo is None or kc.dtype != torch.float16 or kc_lo.dtype != torch.float16:
-        raise ValueError("the Gluon compressed kernel takes k̃ as fp16 hi (kc) and lo (kc_lo)")
-    if kc_lo.shape != kc.shape:
-        raise ValueError(f"kc_lo {tuple(kc_lo.shape)} must have kc's shape {tuple(kc.shape)}")
+    why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
+    if why is not None:
+        raise ValueError(why)
+    assert kc_lo is not None
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
     g = hq // hkv
     ratio = cfg.sel_block // cfg.cmp_stride
-    if dk not in (64, 128) or dv not in (64, 128) or g & (g - 1) or g > 64 or ratio > 16:
-        raise ValueError(f"unsupported shape for the Gluon compressed kernel: D {dk}/{dv}, G {g}")
-    if vc.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError("the Gluon compressed kernel takes a 16-bit ṽ")
     ts = -(-t // cfg.sel_block)
     dev = q.device
     o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]

@@ -246,12 +246,17 @@ def window_triton(
     return o, lse
 
 
-def _window_gluon(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """``window_gluon.window_gluon`` (Hopper only), imported on first use: a Triton without
-    Gluon still imports this module. PREPARED: not yet run on a GPU."""
-    from kernels.nsa.window_gluon import window_gluon
+def _window_gluon(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``window_gluon.window_gluon`` where it runs (Hopper; bf16/fp16; D 64 or 128), else
+    ``window_triton``, which computes the same thing. Imported on first use: a Triton
+    without Gluon still imports this module. PREPARED: the Gluon kernel has not run on a GPU."""
+    from kernels.nsa.window_gluon import window_gluon, window_gluon_unsupported
 
-    return window_gluon(*args, **kwargs)  # type: ignore[arg-type]
+    if window_gluon_unsupported(q, k, v) is not None:
+        return window_triton(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
+    return window_gluon(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
 
 
 # v1: the Triton kernel above (4 positions × the G heads of a KV head per program); g1: the

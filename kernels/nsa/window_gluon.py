@@ -1,7 +1,8 @@
 """Sliding-window branch forward in Gluon, for Hopper, fused with the gated combine.
 
 PREPARED, NOT YET RUN ON A GPU: it compiles for sm_90 with Triton 3.6 and 3.9
-(``tests/kernels/test_gluon_compile.py``); its GPU tests are ``tests/kernels/test_gpu_nsa_gluon.py``.
+(``tests/kernels/test_gluon_compile.py``); its GPU tests are in
+``tests/kernels/test_gpu_nsa_gluon.py``.
 
 The block attention kernel's schedule (``kernels/attention/gluon_fwd.py``: a TMA loader
 partition and two one-warpgroup consumers over shared K/V stages, FA3-style overlap inside
@@ -23,6 +24,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels._tuning import fastest
+from kernels._validate import check_scale
 from kernels.attention.gluon_fwd import GLUON_CANDIDATES, _attend, _loader
 
 _LOG2E = 1.4426950408889634
@@ -31,14 +33,14 @@ ROWS = 64  # per consumer warpgroup
 
 @gluon.jit
 def _win_consumer(
-    q_smem, bufs, dst, comb, n_tiles, q_start, kv_start, T, qk_scale,
+    q_smem, bufs, dst, comb, n_tiles, q_start, kv_start, T, window, qk_scale,
     ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
-    WINDOW: gl.constexpr, COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
+    COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
 ):  # fmt: skip
     o_ptr, lse_ptr, b, h, so_b, so_t, so_h, sl_b, sl_t = dst
     oc_ptr, os_ptr, g_ptr, ow_ptr, sg_b, sg_t, sg_h, sg_c = comb
     acc, m_i, l_i = _attend(q_smem, bufs, n_tiles, q_start, kv_start, T, 0, qk_scale,
-                            ROWS, BLOCK_N, HEAD_D, STAGES, True, WINDOW)  # fmt: skip
+                            ROWS, BLOCK_N, HEAD_D, STAGES, True, True, window)  # fmt: skip
     o_layout: gl.constexpr = acc.type.layout
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     t = q_start + gl.arange(0, ROWS, layout=row_o)
@@ -46,24 +48,29 @@ def _win_consumer(
     # Every row below T sees its own key, so l_i > 0 there; rows past T are never stored.
     o_win = acc / gl.expand_dims(gl.where(row_ok, l_i, 1.0), 1)
     lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-    gl.store(lse_ptr + b * sl_b + t * sl_t + h, lse, mask=row_ok)
+    # The batch's offset as a 64-bit scalar (B·T·Hq·D passes 2^31 at B 4, T 64k, Hq 64,
+    # D 128), added to the scalar pointers; within a batch, 32-bit offsets. [64, D] tiles of
+    # offsets or addresses cost registers like the data: 64-bit ones spilled.
+    bo = b.to(gl.int64) * so_b
+    o_ptr = o_ptr + bo
+    gl.store(lse_ptr + b.to(gl.int64) * sl_b + t * sl_t + h, lse, mask=row_ok)
     e = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
     omask = gl.expand_dims(row_ok, 1)
-    o_off = b * so_b + gl.expand_dims(t * so_t + h * so_h, 1) + gl.expand_dims(e, 0)
+    o_off = gl.expand_dims(t * so_t + h * so_h, 1) + gl.expand_dims(e, 0)
     if COMBINE:
         # One operand at a time, and one offset tile for o, o_cmp, o_slc and o_win (all
-        # contiguous [B, T, Hq, D]): [64, D] tiles of offsets cost registers like the data,
-        # and under Triton 3.6 a second one spilled.
-        g_off = b * sg_b + t * sg_t + h * sg_h
+        # contiguous [B, T, Hq, D]).
+        g_ptr = g_ptr + b.to(gl.int64) * sg_b
+        g_off = t * sg_t + h * sg_h
         if WRITE_OW:
-            gl.store(ow_ptr + o_off, o_win.to(ow_ptr.dtype.element_ty), mask=omask)
+            gl.store((ow_ptr + bo) + o_off, o_win.to(ow_ptr.dtype.element_ty), mask=omask)
         g2 = gl.load(g_ptr + g_off + 2 * sg_c, mask=row_ok, other=0.0).to(gl.float32)
         out = gl.expand_dims(g2, 1) * o_win
         g0 = gl.load(g_ptr + g_off, mask=row_ok, other=0.0).to(gl.float32)
-        o_c = gl.load(oc_ptr + o_off, mask=omask, other=0.0).to(gl.float32)
+        o_c = gl.load((oc_ptr + bo) + o_off, mask=omask, other=0.0).to(gl.float32)
         out += gl.expand_dims(g0, 1) * o_c
         g1 = gl.load(g_ptr + g_off + sg_c, mask=row_ok, other=0.0).to(gl.float32)
-        o_s = gl.load(os_ptr + o_off, mask=omask, other=0.0).to(gl.float32)
+        o_s = gl.load((os_ptr + bo) + o_off, mask=omask, other=0.0).to(gl.float32)
         out += gl.expand_dims(g1, 1) * o_s
         gl.store(o_ptr + o_off, out.to(o_ptr.dtype.element_ty), mask=omask)
     else:
@@ -74,8 +81,8 @@ def _win_consumer(
 def nsa_window_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, o_ptr, lse_ptr, oc_ptr, os_ptr, g_ptr, ow_ptr,
     so_b, so_t, so_h, sl_b, sl_t, sg_b, sg_t, sg_h, sg_c,
-    T, Hq, GROUP, qk_scale,
-    WINDOW: gl.constexpr, STAGES: gl.constexpr, COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
+    T, Hq, GROUP, window, qk_scale,
+    STAGES: gl.constexpr, COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
 ):  # fmt: skip
     """One program: 2 × 64 consecutive positions of one (batch, query head)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
@@ -86,7 +93,7 @@ def nsa_window_gluon_fwd_kernel(
     b = bh // Hq
     h = bh % Hq
     q_start = gl.program_id(0) * (2 * ROWS)
-    kv_start = gl.maximum(q_start - WINDOW + 1, 0)
+    kv_start = gl.maximum(q_start - window + 1, 0)
     kv_end = gl.minimum(q_start + 2 * ROWS, T)
     n_tiles = gl.cdiv(kv_end - kv_start, BLOCK_N)
 
@@ -111,10 +118,10 @@ def nsa_window_gluon_fwd_kernel(
     gl.warp_specialize(
         [
             (_win_consumer, (q_smem.index(0), bufs, dst, comb, n_tiles, q_start, kv_start, T,
-                             qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES, WINDOW, COMBINE,
+                             window, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES, COMBINE,
                              WRITE_OW)),
             (_win_consumer, (q_smem.index(1), bufs, dst, comb, n_tiles, q_start + ROWS,
-                             kv_start, T, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES, WINDOW,
+                             kv_start, T, window, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES,
                              COMBINE, WRITE_OW)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, bufs, b * T + q_start, b * T + kv_start,
                        h * HEAD_D, (h // GROUP) * HEAD_D, n_tiles, BLOCK_N, STAGES)),
@@ -125,6 +132,18 @@ def nsa_window_gluon_fwd_kernel(
 
 
 _WIN_BEST: dict[tuple, tuple[int, int]] = {}
+
+
+def window_gluon_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why the Gluon window kernel cannot take these inputs, or None when it can."""
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        return "the Gluon window kernel needs a Hopper GPU (sm_90)"
+    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
+        return "the Gluon window kernel takes bf16 or fp16 q, k, v of one dtype"
+    d = q.shape[3]
+    if d not in (64, 128) or k.shape[3] != d or v.shape[3] != d:
+        return f"the Gluon window kernel takes head dims 64 or 128, all equal, got {d}"
+    return None
 
 
 def window_gluon(
@@ -145,16 +164,16 @@ def window_gluon(
     ``block_n``/``stages`` pin a configuration; left out, a shape's first call times
     ``GLUON_CANDIDATES`` (as block attention does) and keeps the fastest.
     """
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        raise ValueError("the Gluon window kernel needs a Hopper GPU (sm_90)")
-    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
-        raise ValueError("the Gluon window kernel takes bf16 or fp16 q, k, v of one dtype")
+    why = window_gluon_unsupported(q, k, v)
+    if why is not None:
+        raise ValueError(why)
     b, t, hq, d = q.shape
     hkv = k.shape[2]
-    if d not in (64, 128) or k.shape[3] != d or v.shape[3] != d:
-        raise ValueError(f"the Gluon window kernel takes head dims 64 or 128, all equal, got {d}")
+    if hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of key/value heads ({hkv})")
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
+    scale = check_scale(scale, d)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     dev = q.device
     out_dtype = q.dtype if combine is not None else torch.float32
@@ -162,9 +181,14 @@ def window_gluon(
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     if combine is not None:
         o_cmp, o_slc, gates = combine
+        # one offset tile serves o, o_cmp, o_slc and o_win: all contiguous, of one shape
         o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
         if o_cmp.shape != o.shape or o_slc.shape != o.shape:
             raise ValueError(f"o_cmp and o_slc must be {tuple(o.shape)}, as the output")
+        if gates.shape != (b, t, hq, 3):
+            raise ValueError(f"gates must be {(b, t, hq, 3)}, got {tuple(gates.shape)}")
+        if not o.is_contiguous():
+            raise ValueError("the output buffer from alloc must be contiguous")
     else:
         o_cmp = o_slc = gates = o  # placeholders: COMBINE=False never reads them
     write_ow = combine is not None and o_win is not None
@@ -191,8 +215,8 @@ def window_gluon(
             o, lse, o_cmp, o_slc, gates, o_win if write_ow else o,
             o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
             gates.stride(0), gates.stride(1), gates.stride(2), gates.stride(3),
-            t, hq, hq // hkv, scale * _LOG2E,
-            WINDOW=window, STAGES=st, COMBINE=combine is not None, WRITE_OW=write_ow,
+            t, hq, hq // hkv, window, scale * _LOG2E,
+            STAGES=st, COMBINE=combine is not None, WRITE_OW=write_ow,
             num_warps=4,
         )  # fmt: skip
 

@@ -31,6 +31,9 @@ class Resources:
     spill_stores: int
     spill_loads: int
     shared_bytes: int
+    # whether any spill store or load comes before the kernel's last wgmma in the SASS: the
+    # main loops' (the epilogues run after it)
+    spills_before_last_mma: bool
 
 
 def tensordesc(dtype: str, block: list[int], layout: Any) -> str:
@@ -68,4 +71,37 @@ def compile_hopper(
         spill_stores=count(r"(\d+) bytes spill stores"),
         spill_loads=count(r"(\d+) bytes spill loads"),
         shared_bytes=int(compiled.metadata.shared),
+        spills_before_last_mma=_spills_before_last_mma(compiled.asm["cubin"]),
     )
+
+
+def _spills_before_last_mma(cubin: bytes) -> bool:
+    """Whether a spill comes before its partition's last wgmma, i.e. in a main loop.
+
+    The SASS holds the partitions one after another, each entered through a USETMAXREG (its
+    register reallocation); within each, the epilogue follows the last HGMMA.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "kernel.cubin")
+        path.write_bytes(cubin)
+        sass = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "-sass", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    return spills_in_a_main_loop(sass)
+
+
+def spills_in_a_main_loop(sass: list[str]) -> bool:
+    """The check on SASS lines (``cuobjdump -sass``)."""
+    if not any("HGMMA" in line for line in sass):
+        raise AssertionError("no wgmma (HGMMA) in the SASS: is this a Hopper kernel?")
+    starts = [i for i, line in enumerate(sass) if "USETMAXREG" in line]
+    bounds = [0, *starts, len(sass)]
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        part = sass[lo:hi]
+        mma = [i for i, line in enumerate(part) if "HGMMA" in line]
+        if mma and any(re.search(r"\b(STL|LDL)\b", line) for line in part[: mma[-1]]):
+            return True
+    return False

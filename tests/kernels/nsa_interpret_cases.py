@@ -301,11 +301,11 @@ WIDE_RATIO = NSAConfig(
 
 
 @pytest.mark.parametrize("name", ["g2h", "g2p", "g2p4"])
-@pytest.mark.parametrize("case", ["k̃ whole (no lo part)", "l′/d = 32"])
-def test_gluon_compressed_variants_hand_what_they_cannot_take_to_v2h(name: str, case: str):
-    """The Gluon variants (Hopper only) route inputs their kernel does not take to v2h, which
-    computes the same thing, so choosing one as the default never turns such inputs into an
-    error; here under the interpreter, where v2h runs and Gluon could not."""
+@pytest.mark.parametrize("case", ["k̃ split", "k̃ whole (no lo part)", "l′/d = 32"])
+def test_gluon_compressed_variants_fall_back_to_v2h(name: str, case: str):
+    """A Gluon compressed variant (Hopper only) gives v2h's result wherever its kernel cannot
+    run, so choosing one never turns an input into an error: here the CPU, under the
+    interpreter, where v2h runs and Gluon could not."""
     cfg = WIDE_RATIO if case == "l′/d = 32" else FINE
     gen = torch.Generator().manual_seed(23)
     b, t, hq, hkv, d = 1, 150, 4, 2, 16
@@ -314,13 +314,49 @@ def test_gluon_compressed_variants_hand_what_they_cannot_take_to_v2h(name: str, 
     kc32 = torch.randn(b, tc, hkv, d, generator=gen)
     vc = torch.randn(b, tc, hkv, d, generator=gen).half()
     hi, lo = _split_fp16(kc32)
-    kc, kc_lo = (kc32.to(torch.bfloat16), None) if case.startswith("k̃") else (hi, lo)
+    kc, kc_lo = (kc32.to(torch.bfloat16), None) if "whole" in case else (hi, lo)
     args = (q, kc, vc, cfg, d**-0.5, True)
     want = compressed_mod.COMPRESSED_IMPLS["v2h"](*args, kc_lo=kc_lo)
     got = compressed_mod.COMPRESSED_IMPLS[name](*args, kc_lo=kc_lo)
     for x, y in zip(got, want, strict=True):
         assert x is not None and y is not None
         assert torch.equal(x, y)
+
+
+def test_gluon_compressed_kernel_names_what_it_cannot_take(monkeypatch: pytest.MonkeyPatch):
+    """Each reason, as if on a Hopper GPU (the device check stubbed out); None for the paper
+    shape, which it takes."""
+    import kernels.nsa.compressed_gluon as cg
+
+    monkeypatch.setattr(cg, "_on_hopper", lambda x: True)
+    paper = NSAConfig()
+    q = torch.zeros(1, 64, 32, 128, dtype=torch.bfloat16)
+    kc = torch.zeros(1, 3, 2, 128, dtype=torch.float16)
+    vc = torch.zeros(1, 3, 2, 128, dtype=torch.bfloat16)
+    assert cg.compressed_gluon_unsupported(q, kc, vc, paper, kc) is None
+    why = cg.compressed_gluon_unsupported
+    assert "fp16 hi" in str(why(q, kc, vc, paper, None))
+    assert "kc's shape" in str(why(q, kc, vc, paper, kc[:, :2]))
+    assert "16-bit" in str(why(q, kc, vc.float(), paper, kc))
+    assert "l′/d ≤ 16" in str(why(q, kc, vc, WIDE_RATIO, kc))
+    assert "power of two" in str(why(q[:, :, :6], kc, vc, paper, kc))  # G = 3
+    assert "D 64 or 128" in str(why(q[..., :96], kc[..., :96], vc[..., :96], paper, kc[..., :96]))
+    monkeypatch.undo()
+    assert "Hopper" in str(cg.compressed_gluon_unsupported(q, kc, vc, paper, kc))
+
+
+def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> None:
+    """nsa_attention with every Gluon variant chosen gives, where Gluon cannot run (here the
+    CPU), exactly what the default variants give."""
+    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=31)
+    want = nsa_attention(q, k, v, g, FINE)
+    use_variants("v2", "g2p")
+    nsa_attention_mod.VARIANTS["window"] = "g1"
+    try:
+        got = nsa_attention(q, k, v, g, FINE)
+    finally:
+        nsa_attention_mod.VARIANTS["window"] = None
+    assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])

@@ -43,6 +43,17 @@ def _signature(d: int, dtype: str, block_n: int) -> dict[str, str]:
     }
 
 
+def test_the_spill_check_reads_each_partition() -> None:
+    """A spill after a partition's last wgmma is its epilogue's; before it, its main loop's,
+    even when another partition's wgmma comes later in the SASS."""
+    p1 = ["USETMAXREG.TRY_ALLOC", "HGMMA", "HGMMA", "STL [R1], R2", "LDL R2, [R1]"]
+    p2 = ["USETMAXREG.TRY_ALLOC", "HGMMA", "BAR.SYNC", "HGMMA", "EXIT"]
+    assert not gluon_aot.spills_in_a_main_loop(p1 + p2)
+    assert gluon_aot.spills_in_a_main_loop(p1 + p2[:2] + ["STL [R1], R3"] + p2[2:])
+    with pytest.raises(AssertionError, match="no wgmma"):
+        gluon_aot.spills_in_a_main_loop(["STL [R1], R2"])
+
+
 CASES = [
     (d, "bf16", causal, block_n, stages)
     for d in (64, 128)
@@ -118,8 +129,10 @@ def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out
     [(128, True, False, 2), (128, True, True, 3), (128, False, False, 2), (64, True, False, 2)],
 )
 def test_nsa_window_kernel_compiles_for_hopper(d, combine, write_ow, stages):
-    """No spills; except that with o_win stored too (the trainable forward), Triton 3.6 spills
-    ≈ 300 bytes in the epilogue, after the last wgmma (3.9 none): bounded here, not hidden."""
+    """Spills bounded, not hidden: the epilogue's combine (three [64, D] tiles and their
+    addresses) is where ptxas runs short. Read in the SASS, every spill comes after the last
+    wgmma: with o_win stored too (the trainable forward) Triton 3.6 spills ≈ 250 bytes (420
+    loaded back), 3.9 none; without, 3.6 none, 3.9 16 bytes. The main loop spills nothing."""
     from kernels.nsa.window_gluon import ROWS, nsa_window_gluon_fwd_kernel
 
     q_layout = gl.NVMMASharedLayout.get_default_for([ROWS, d], gl.bfloat16)
@@ -136,15 +149,18 @@ def test_nsa_window_kernel_compiles_for_hopper(d, combine, write_ow, stages):
         "os_ptr": "*fp16",
         "g_ptr": "*bf16",
         "ow_ptr": "*fp16",
-        **dict.fromkeys((*strides, "sg_b", "sg_t", "sg_h", "sg_c", "T", "Hq", "GROUP"), "i32"),
+        **dict.fromkeys(
+            (*strides, "sg_b", "sg_t", "sg_h", "sg_c", "T", "Hq", "GROUP", "window"), "i32"
+        ),
         "qk_scale": "fp32",
-        **dict.fromkeys(("WINDOW", "STAGES", "COMBINE", "WRITE_OW"), "constexpr"),
+        **dict.fromkeys(("STAGES", "COMBINE", "WRITE_OW"), "constexpr"),
     }
     res = gluon_aot.compile_hopper(
         nsa_window_gluon_fwd_kernel,
         signature,
-        {"WINDOW": 512, "STAGES": stages, "COMBINE": combine, "WRITE_OW": write_ow},
+        {"STAGES": stages, "COMBINE": combine, "WRITE_OW": write_ow},
     )
-    allowed = 512 if write_ow else 0
+    allowed = 512 if combine else 0
     assert res.spill_stores <= allowed and res.spill_loads <= allowed, res
+    assert not res.spills_before_last_mma, res
     assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res

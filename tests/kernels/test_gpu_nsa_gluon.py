@@ -98,37 +98,90 @@ def _nan_alloc(shape: tuple[int, ...], *, dtype: torch.dtype, device: torch.devi
 
 
 @pytest.mark.parametrize(
-    ("t", "hq", "hkv", "d", "window"),
+    ("b", "t", "hq", "hkv", "d", "window", "dtype"),
     [
-        (1777, 16, 1, 128, 512),  # odd length, the paper's G and w
-        (1777, 8, 2, 64, 100),  # D 64, a window that is no multiple of the tile
-        (300, 4, 4, 128, 1),  # each position sees itself only
-        (4096, 64, 4, 128, 512),  # the paper shape
-        (200, 2, 1, 64, 4096),  # window longer than the sequence: plain causal
+        (1, 1777, 16, 1, 128, 512, torch.bfloat16),  # odd length, the paper's G and w
+        (1, 1777, 8, 2, 64, 100, torch.bfloat16),  # D 64, a window no multiple of the tile
+        (1, 300, 4, 4, 128, 1, torch.bfloat16),  # each position sees itself only
+        (1, 4096, 64, 4, 128, 512, torch.bfloat16),  # the paper shape
+        (1, 200, 2, 1, 64, 4096, torch.bfloat16),  # window past the sequence: plain causal
+        (2, 999, 8, 2, 128, 129, torch.bfloat16),  # batches: row offsets, the next batch's keys
+        (2, 777, 4, 1, 64, 127, torch.float16),
+        (1, 515, 4, 2, 128, 128, torch.float16),
+        (1, 333, 4, 2, 128, 2, torch.bfloat16),
+        (3, 50, 4, 2, 64, 512, torch.bfloat16),  # shorter than one program's 128 rows
     ],
 )
-@pytest.mark.parametrize("mode", ["alone", "combine", "combine+o_win"])
-def test_window_gluon_against_triton(t: int, hq: int, hkv: int, d: int, window: int, mode: str):
+@pytest.mark.parametrize("mode", ["alone", "combine", "combine+o_win", "combine fp32"])
+def test_window_gluon_against_triton(
+    b: int, t: int, hq: int, hkv: int, d: int, window: int, dtype: torch.dtype, mode: str
+) -> None:
+    """window_gluon (its timed pick of configuration) against window_triton on one input."""
+    _window_case(b, t, hq, hkv, d, window, dtype, mode, None)
+
+
+@pytest.mark.parametrize("cfg", [(128, 2), (128, 3)], ids=["n128s2", "n128s3"])
+@pytest.mark.parametrize("mode", ["alone", "combine+o_win"])
+@pytest.mark.parametrize(
+    ("b", "t", "hq", "hkv", "d", "window"), [(2, 999, 8, 2, 128, 129), (1, 1777, 16, 1, 64, 512)]
+)
+def test_window_gluon_pinned_configs(
+    b: int, t: int, hq: int, hkv: int, d: int, window: int, mode: str, cfg: tuple[int, int]
+) -> None:
+    """Each configuration the timed pick may choose, pinned (a wrong one could otherwise hide
+    behind a faster right one)."""
+    _window_case(b, t, hq, hkv, d, window, torch.bfloat16, mode, cfg)
+
+
+def _window_case(
+    b: int,
+    t: int,
+    hq: int,
+    hkv: int,
+    d: int,
+    window: int,
+    dtype: torch.dtype,
+    mode: str,
+    cfg: tuple[int, int] | None,
+) -> None:
     """window_gluon against window_triton on one input: o (or the combined out), lse, o_win."""
-    q, k, v, gates = make_inputs(1, t, hq, hkv, d, torch.bfloat16, seed=t + window, device="cuda")
+    q, k, v, gates = make_inputs(b, t, hq, hkv, d, dtype, seed=t + window, device="cuda")
     scale = d**-0.5
     kw: dict[str, object] = {}
     if mode != "alone":
         gen = torch.Generator(device="cuda").manual_seed(5)
-        o_cmp = torch.randn(q.shape, device="cuda", generator=gen).to(torch.float16)
-        o_slc = torch.randn(q.shape, device="cuda", generator=gen).to(torch.float16)
+        bdt = torch.float32 if mode == "combine fp32" else torch.float16
+        o_cmp = torch.randn(q.shape, device="cuda", generator=gen).to(bdt)
+        o_slc = torch.randn(q.shape, device="cuda", generator=gen).to(bdt)
         kw["combine"] = (o_cmp, o_slc, gates)
     ow_ref = ow = None
     if mode == "combine+o_win":
         ow_ref = torch.empty(q.shape, dtype=torch.float16, device="cuda")
         ow = torch.full(q.shape, float("nan"), dtype=torch.float16, device="cuda")
+    pin = {} if cfg is None else {"block_n": cfg[0], "stages": cfg[1]}
     o_ref, lse_ref = window_triton(q, k, v, window, scale, o_win=ow_ref, **kw)  # type: ignore[arg-type]
+    kw.update(pin)
     o, lse = window_gluon(q, k, v, window, scale, alloc=_nan_alloc, o_win=ow, **kw)  # type: ignore[arg-type]
     assert o.dtype == o_ref.dtype and o.shape == o_ref.shape
     assert not torch.isnan(o).any() and not torch.isnan(lse).any()
-    tol = 2e-2 if o.dtype == torch.bfloat16 else 1e-3
+    # Two correct kernels split the keys into tiles at other points, so their running maxima
+    # and hence p's bf16 rounding differ: up to ≈ 1.5e-3 in the fp32 o_win (simulated on CPU
+    # for these inputs; each kernel is 3-4e-3 off an fp64 reference). lse barely moves
+    # (≈ 1e-6), so it is the sharp check on the mask.
+    tol = 2e-2 if o.dtype != torch.float32 else 4e-3
     torch.testing.assert_close(o.float(), o_ref.float(), atol=tol, rtol=tol)
-    assert (lse - lse_ref).abs().max().item() < 1e-3
+    assert (lse - lse_ref).abs().max().item() < 1e-4
     if ow is not None and ow_ref is not None:
         assert not torch.isnan(ow).any()
-        torch.testing.assert_close(ow.float(), ow_ref.float(), atol=1e-3, rtol=1e-3)
+        torch.testing.assert_close(ow.float(), ow_ref.float(), atol=4e-3, rtol=4e-3)
+
+
+@pytest.mark.usefixtures("variant")
+def test_gluon_variants_train() -> None:
+    """Gradients through the Gluon forward (o, lse and o_win are what the backward reads)
+    against autograd through the naive reference, as test_gpu_nsa's backward tests."""
+    from tests.kernels.test_gpu_nsa import _check_grads, _grads, _inputs_gpu
+
+    x = _inputs_gpu(2, 2048, 32, 2, 128, torch.bfloat16, PAPER, seed=9)
+    got, want = _grads(x, PAPER, ("q", "k", "v", "gates"))
+    _check_grads(got, want, torch.bfloat16)
