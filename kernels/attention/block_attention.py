@@ -30,14 +30,14 @@ everything here, as does a Triton without a Gluon the kernel compiles against, w
 from __future__ import annotations
 
 import os
-import warnings
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
-from triton.compiler.errors import CompilationError
 
+from .._gluon_switch import gluon_or_none
 from .._tuning import fastest
 from .._validate import check_block_attention_args
 
@@ -834,12 +834,6 @@ def _block_attention_cpu(
     return out, lse
 
 
-# Why the Gluon kernel is off for this process, once it proved unusable here: a Triton without
-# Gluon, or one whose Gluon API the kernel does not compile against. The Triton kernel then
-# serves every call (pyproject allows Triton >= 3.2; Gluon came later and still changes).
-_GLUON_OFF: str | None = None
-
-
 def _try_gluon(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -851,32 +845,17 @@ def _try_gluon(
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The Gluon kernel's (out, lse), or None where it does not apply or cannot run here."""
-    global _GLUON_OFF
-    if _GLUON_OFF is not None or os.environ.get("KGRADE_GLUON", "1") == "0":
-        return None
-    try:
-        from . import gluon_fwd  # here, not at the top: the CPU paths never need Gluon
-    except ImportError as exc:
-        _GLUON_OFF = f"Triton {triton.__version__} has no usable Gluon ({exc})"
-    else:
+
+    def call(gluon_fwd: ModuleType) -> tuple[torch.Tensor, torch.Tensor] | None:
         if gluon_fwd.gluon_unsupported(
             q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset
         ):
             return None
-        try:
-            return gluon_fwd.block_attention_gluon(
-                q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
-            )
-        except CompilationError as exc:
-            # The message ends with the failing line's error, after the source excerpt.
-            last = (str(exc).strip().splitlines() or ["?"])[-1]
-            _GLUON_OFF = (
-                f"the Gluon kernel does not compile with Triton {triton.__version__}: {last}"
-            )
-    warnings.warn(
-        f"{_GLUON_OFF}; block_attention uses its Triton kernel", RuntimeWarning, stacklevel=3
-    )
-    return None
+        return gluon_fwd.block_attention_gluon(
+            q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
+        )
+
+    return gluon_or_none("block_attention", "kernels.attention.gluon_fwd", call, stacklevel=4)
 
 
 def block_attention(

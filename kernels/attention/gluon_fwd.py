@@ -193,6 +193,31 @@ def _consumer(
 
 
 @gluon.jit
+def _buffers(q_desc, k_desc, v_desc, STAGES: gl.constexpr):
+    """Shared memory of a program: two Q tiles (one per consumer), STAGES K and V stages, and
+    their barriers (a stage is free again once both consumers arrived: count 2)."""
+    ROWS: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    return q_smem, (k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty)
+
+
+@gluon.jit
 def block_attention_gluon_fwd_kernel(
     q_desc, k_desc, v_desc, out_ptr, lse_ptr,
     Tq, Tk, shift, Hq, GROUP, stride_ot, stride_oh, qk_scale,
@@ -210,7 +235,6 @@ def block_attention_gluon_fwd_kernel(
     HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     BLOCK_M: gl.constexpr = 2 * ROWS
-    dtype: gl.constexpr = q_desc.dtype
 
     num_m = gl.cdiv(Tq, BLOCK_M)
     # Heaviest causal tiles (the last query rows) first, so the tail of the grid is short ones.
@@ -222,20 +246,7 @@ def block_attention_gluon_fwd_kernel(
     kv_end = gl.minimum(q_start + BLOCK_M + shift, Tk) if CAUSAL else Tk
     n_tiles = gl.cdiv(kv_end, BLOCK_N)
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+    q_smem, bufs = _buffers(q_desc, k_desc, v_desc, STAGES)
 
     q_row = b * Tq + q_start
     kv_row = b * Tk
@@ -243,7 +254,6 @@ def block_attention_gluon_fwd_kernel(
     kv_col = (h // GROUP) * HEAD_D
     # Tuples keep the partitions' argument lists short. Constexprs go in the literal argument
     # tuples: a tuple held in a variable reaches a worker partition as tensors.
-    bufs = (k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty)
     dst = (out_ptr, lse_ptr, b, h, bh, stride_ot, stride_oh)
     gl.warp_specialize(
         [

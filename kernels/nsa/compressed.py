@@ -21,11 +21,13 @@ Design (spec §4.2, §7 budget "compressed attention + scores + top-n ≤ 15 ms 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 import triton
 import triton.language as tl
 
+from kernels._gluon_switch import gluon_or_none
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.topn import topn_triton
@@ -656,8 +658,9 @@ COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
 def _gluon(**opts: object) -> CompressedFn:
     """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``). PREPARED: not yet run.
 
-    Inputs the Gluon kernel does not take go to v2h, which computes the same thing: another
-    GPU than Hopper, or the CPU; a k̃ kept whole (no fp16 lo part: nsa_attention stores it in
+    Inputs the Gluon kernel does not take go to v2h, which computes the same thing, as does
+    everything once Gluon proves unusable with this Triton (``kernels._gluon_switch``):
+    another GPU than Hopper, or the CPU; a k̃ kept whole (no fp16 lo part: nsa_attention stores it in
     bf16 when its values reach fp16's range); l′/d = 32 (a 64-block tile would split a
     selection block); D other than 64 and 128; G not a power of two.
     """
@@ -671,13 +674,15 @@ def _gluon(**opts: object) -> CompressedFn:
         kc_lo: torch.Tensor | None = None,
         **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        from kernels.nsa.compressed_gluon import compressed_gluon, compressed_gluon_unsupported
+        def call(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+            if mod.compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo) is not None:
+                return None
+            return mod.compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs, **opts)
 
-        if compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo) is not None:
-            return COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
-
-        kwargs.update(opts)
-        return compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)  # type: ignore[arg-type]
+        res = gluon_or_none("the NSA compressed branch", "kernels.nsa.compressed_gluon", call)
+        if res is None:
+            res = COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
+        return res
 
     return run
 

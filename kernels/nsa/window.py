@@ -9,10 +9,13 @@ separate pass over three [B, T, Hq, Dv] tensors.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import triton
 import triton.language as tl
 
+from kernels._gluon_switch import gluon_or_none
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
 
 _LOG2E = 1.4426950408889634
@@ -250,13 +253,18 @@ def _window_gluon(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``window_gluon.window_gluon`` where it runs (Hopper; bf16/fp16; D 64 or 128), else
-    ``window_triton``, which computes the same thing. Imported on first use: a Triton
-    without Gluon still imports this module. PREPARED: the Gluon kernel has not run on a GPU."""
-    from kernels.nsa.window_gluon import window_gluon, window_gluon_unsupported
+    ``window_triton``, which computes the same thing (also once Gluon proves unusable with
+    this Triton: ``kernels._gluon_switch``). PREPARED: the Gluon kernel has not run on a GPU."""
 
-    if window_gluon_unsupported(q, k, v) is not None:
-        return window_triton(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
-    return window_gluon(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
+    def call(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if mod.window_gluon_unsupported(q, k, v) is not None:
+            return None
+        return mod.window_gluon(q, k, v, *args, **kwargs)
+
+    res = gluon_or_none("the NSA window branch", "kernels.nsa.window_gluon", call)
+    if res is None:
+        res = window_triton(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
+    return res
 
 
 # v1: the Triton kernel above (4 positions × the G heads of a KV head per program); g1: the

@@ -20,12 +20,11 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels._tuning import fastest
 from kernels._validate import check_scale
-from kernels.attention.gluon_fwd import GLUON_CANDIDATES, _attend, _loader
+from kernels.attention.gluon_fwd import GLUON_CANDIDATES, _attend, _buffers, _loader
 
 _LOG2E = 1.4426950408889634
 ROWS = 64  # per consumer warpgroup
@@ -88,7 +87,6 @@ def nsa_window_gluon_fwd_kernel(
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    dtype: gl.constexpr = q_desc.dtype
     bh = gl.program_id(1)
     b = bh // Hq
     h = bh % Hq
@@ -97,22 +95,8 @@ def nsa_window_gluon_fwd_kernel(
     kv_end = gl.minimum(q_start + 2 * ROWS, T)
     n_tiles = gl.cdiv(kv_end - kv_start, BLOCK_N)
 
-    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+    q_smem, bufs = _buffers(q_desc, k_desc, v_desc, STAGES)
 
-    bufs = (k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty)
     dst = (o_ptr, lse_ptr, b, h, so_b, so_t, so_h, sl_b, sl_t)
     comb = (oc_ptr, os_ptr, g_ptr, ow_ptr, sg_b, sg_t, sg_h, sg_c)
     gl.warp_specialize(

@@ -345,6 +345,38 @@ def test_gluon_compressed_kernel_names_what_it_cannot_take(monkeypatch: pytest.M
     assert "Hopper" in str(cg.compressed_gluon_unsupported(q, kc, vc, paper, kc))
 
 
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("kernels.nsa.compressed_gluon", "the NSA compressed branch"),
+        ("kernels.nsa.window_gluon", "the NSA window branch"),
+    ],
+)
+def test_gluon_variants_without_gluon_warn_once_and_fall_back(
+    monkeypatch: pytest.MonkeyPatch, use_variants, module: str, name: str
+) -> None:
+    """A Triton without Gluon: choosing the Gluon variants still gives the Triton kernels'
+    result, with one RuntimeWarning naming the branch (kernels._gluon_switch)."""
+    import sys
+    import warnings
+
+    import kernels._gluon_switch as switch
+
+    monkeypatch.setattr(switch, "OFF", {})
+    monkeypatch.setitem(sys.modules, module, None)  # its import now raises ImportError
+    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=32)
+    want = nsa_attention(q, k, v, g, FINE)
+    use_variants("v2", "g2p")
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "g1")
+    with pytest.warns(RuntimeWarning, match=f"no usable Gluon.*; {name} uses its Triton kernel"):
+        got = nsa_attention(q, k, v, g, FINE)
+    assert torch.equal(got, want)
+    assert name in switch.OFF
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # once per process, not per call
+        assert torch.equal(nsa_attention(q, k, v, g, FINE), want)
+
+
 def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> None:
     """nsa_attention with every Gluon variant chosen gives, where Gluon cannot run (here the
     CPU), exactly what the default variants give."""

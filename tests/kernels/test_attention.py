@@ -226,10 +226,12 @@ def test_without_gluon_block_attention_falls_back_once(gen, monkeypatch):
     """A Triton without Gluon (pyproject allows 3.2) turns the Gluon path off with one warning."""
     import sys
 
+    import kernels._gluon_switch as switch
+
     ba = importlib.import_module(
         "kernels.attention.block_attention"
     )  # the module, not the function
-    monkeypatch.setattr(ba, "_GLUON_OFF", None)
+    monkeypatch.setattr(switch, "OFF", {})
     # The import fails: no module, and no attribute left on the package by an earlier import.
     monkeypatch.setitem(sys.modules, "kernels.attention.gluon_fwd", None)
     monkeypatch.delattr(importlib.import_module("kernels.attention"), "gluon_fwd", raising=False)
@@ -237,7 +239,7 @@ def test_without_gluon_block_attention_falls_back_once(gen, monkeypatch):
     args = dict(causal=True, q_offset=0, k_offset=0, scale=0.1)
     with pytest.warns(RuntimeWarning, match="no usable Gluon.*uses its Triton kernel"):
         assert ba._try_gluon(q, k, v, **args) is None
-    assert ba._GLUON_OFF is not None
+    assert "block_attention" in switch.OFF
     import warnings
 
     with warnings.catch_warnings():
@@ -249,6 +251,7 @@ def test_gluon_compile_error_falls_back(gen, monkeypatch):
     """A Triton whose Gluon API the kernel does not compile against: the Triton kernel serves."""
     from triton.compiler.errors import CompilationError
 
+    import kernels._gluon_switch as switch
     import kernels.attention.gluon_fwd as gluon_fwd
 
     ba = importlib.import_module("kernels.attention.block_attention")
@@ -256,10 +259,10 @@ def test_gluon_compile_error_falls_back(gen, monkeypatch):
     def broken(*a, **kw):
         raise CompilationError("", None, "unknown builtin")
 
-    monkeypatch.setattr(ba, "_GLUON_OFF", None)
+    monkeypatch.setattr(switch, "OFF", {})
     monkeypatch.setattr(gluon_fwd, "gluon_unsupported", lambda *a, **kw: None)
     monkeypatch.setattr(gluon_fwd, "block_attention_gluon", broken)
     q, k, v = (randn(1, 64, 2, 128, dtype=torch.bfloat16, gen=gen) for _ in range(3))
     with pytest.warns(RuntimeWarning, match="does not compile.*unknown builtin"):
         assert ba._try_gluon(q, k, v, causal=False, q_offset=0, k_offset=0, scale=0.1) is None
-    assert "does not compile" in ba._GLUON_OFF
+    assert "does not compile" in switch.OFF["block_attention"]
