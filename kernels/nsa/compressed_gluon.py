@@ -16,7 +16,12 @@ Triton, 0.99-1.11 in Gluon):
   ops hold the tensor cores;
 * in pass 2, the block scores of a tile are summed while its P·ṽ product is on the tensor
   cores. Each warp's 16 rows are whole positions when G = 16, so the head sums need no
-  shared-memory round trip.
+  shared-memory round trip;
+* with ``PIPE`` (variants g2p, g2p4) each warpgroup also overlaps itself, FA3-style: pass 1
+  issues S_u's product before S_{u-1}'s softmax, and pass 2 issues S_u and p_{u-1}·ṽ_{u-1}
+  back to back, computing p_u and its block scores while the second runs. Without (g2h),
+  each product is waited for before the work that follows, and only the two warpgroups
+  overlap each other.
 """
 
 from __future__ import annotations
