@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .._gluon import tma_load
+from .._gluon import on_hopper, tma_load
 from .._tuning import fastest
 from .._validate import check_scale
 
@@ -280,7 +280,7 @@ def gluon_unsupported(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, q_offset: int, k_offset: int
 ) -> str | None:
     """Why the Gluon kernel cannot take these inputs, or None when it can."""
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+    if not on_hopper(q):
         return "the Gluon kernel needs a Hopper GPU (sm_90)"
     if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
         return "the Gluon kernel takes bf16 or fp16 q, k, v of one dtype"

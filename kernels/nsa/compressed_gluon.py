@@ -38,12 +38,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels._gluon import tma_load
+from kernels._gluon import on_hopper, tma_load
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.topn import topn_triton
 
 _LOG2E = 1.4426950408889634
-ROWS = 64  # per consumer warpgroup
 
 
 @gluon.jit
@@ -75,7 +74,7 @@ def _cmp_loader(
 @gluon.jit
 def _visible(t0, c0, n_vis, G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
              BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
-    """[ROWS, BLOCK_C]: compressed block c visible to the row's position t."""
+    """[64, BLOCK_C]: compressed block c visible to the row's position t."""
     t = t0 + gl.arange(0, 64, layout=gl.SliceLayout(1, s_layout)) // G
     c = c0 + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, s_layout))
     vis = gl.expand_dims(c * D_STRIDE + (L_CMP - 1), 0) <= gl.expand_dims(t, 1)
@@ -126,6 +125,14 @@ def _p1_update(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
         e = gl.exp2(sm - gl.expand_dims(m_safe, 1))
         l_i = l_i * gl.exp2(m_i - m_safe) + gl.sum(e, 1)
     return m_new, l_i
+
+
+@gluon.jit
+def _exact_logits(q_smem, kh, kl, zero_s):
+    """Q·k̃ᵀ from k̃'s fp16 hi and lo parts, as two chained asynchronous wgmma ops (not waited:
+    the caller decides what runs beside them)."""
+    s = warpgroup_mma(q_smem, kh.permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    return warpgroup_mma(q_smem, kl.permute((1, 0)), s, is_async=True)
 
 
 @gluon.jit
@@ -222,9 +229,7 @@ def _cmp_consumer(
         if n1 > 0:
             st = n1 % STAGES
             mbarrier.wait(ready.index(st), (n1 // STAGES) & 1)
-            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)  # fmt: skip
-            s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+            s = _exact_logits(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s)
             s = warpgroup_mma_wait(0, deps=(s,))
             p = _p2_probs(s, lse_safe, 0, n_all, t0, n_vis, qk_scale,
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
@@ -237,9 +242,7 @@ def _cmp_consumer(
                 st = uu % STAGES
                 pst = (uu - 1) % STAGES
                 mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
-                s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s,
-                                  use_acc=False, is_async=True)  # fmt: skip
-                s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+                s = _exact_logits(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s)
                 acc = warpgroup_mma(p_op, v_smem.index(pst), acc, is_async=True)
                 # wgmma groups retire in order: one outstanding means S_u is done.
                 s = warpgroup_mma_wait(1, deps=(s,))
@@ -261,9 +264,7 @@ def _cmp_consumer(
             uu = n1 + u
             st = uu % STAGES
             mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
-            s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)  # fmt: skip
-            s = warpgroup_mma(q_smem, kl_smem.index(st).permute((1, 0)), s, is_async=True)
+            s = _exact_logits(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s)
             s = warpgroup_mma_wait(0, deps=(s,))
             c0 = u * BLOCK_C
             p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
@@ -342,10 +343,6 @@ def nsa_compressed_gluon_fwd_kernel(
     )  # fmt: skip
 
 
-def _on_hopper(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] == 9
-
-
 def compressed_gluon_unsupported(
     q: torch.Tensor,
     kc: torch.Tensor,
@@ -354,7 +351,7 @@ def compressed_gluon_unsupported(
     kc_lo: torch.Tensor | None,
 ) -> str | None:
     """Why the Gluon compressed kernel cannot take these inputs, or None when it can."""
-    if not _on_hopper(q):
+    if not on_hopper(q):
         return "the Gluon compressed kernel needs a Hopper GPU (sm_90)"
     if kc_lo is None or kc.dtype != torch.float16 or kc_lo.dtype != torch.float16:
         return "the Gluon compressed kernel takes k̃ as fp16 hi (kc) and lo (kc_lo)"

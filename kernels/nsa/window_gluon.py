@@ -22,6 +22,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from kernels._gluon import on_hopper
 from kernels._tuning import fastest
 from kernels._validate import check_scale
 from kernels.attention.gluon_fwd import GLUON_CANDIDATES, _attend, _buffers, _loader
@@ -120,7 +121,7 @@ _WIN_BEST: dict[tuple, tuple[int, int]] = {}
 
 def window_gluon_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why the Gluon window kernel cannot take these inputs, or None when it can."""
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+    if not on_hopper(q):
         return "the Gluon window kernel needs a Hopper GPU (sm_90)"
     if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
         return "the Gluon window kernel takes bf16 or fp16 q, k, v of one dtype"

@@ -328,7 +328,7 @@ def test_gluon_compressed_kernel_names_what_it_cannot_take(monkeypatch: pytest.M
     shape, which it takes."""
     import kernels.nsa.compressed_gluon as cg
 
-    monkeypatch.setattr(cg, "_on_hopper", lambda x: True)
+    monkeypatch.setattr(cg, "on_hopper", lambda x: True)
     paper = NSAConfig()
     q = torch.zeros(1, 64, 32, 128, dtype=torch.bfloat16)
     kc = torch.zeros(1, 3, 2, 128, dtype=torch.float16)
