@@ -51,7 +51,10 @@ VARIANTS: dict[str, str | None] = {
 # 2026-12-03, 64k, one H200, paper config). "fused" runs where the buffer would pass
 # DS_MAX_BYTES or cannot be allocated; "separate" keeps dq's bits independent of the order of
 # the adds.
-DEFAULT_VARIANTS = {"selection": "v2", "compressed": "v2h", "selection_dq": "ds", "window": "v1"}
+# compressed g2p (v2h's algorithm in Gluon, Hopper only; v2h wherever it cannot run): 20.50 ms
+# against v2h's 25.42, the whole forward 39.33 against 43.36; window g1 (Gluon) 5.30 against
+# v1's 4.47, so v1 stays (run 82, 2026-12-05, 64k, one H200, paper config).
+DEFAULT_VARIANTS = {"selection": "v2", "compressed": "g2p", "selection_dq": "ds", "window": "v1"}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",

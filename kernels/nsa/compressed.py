@@ -656,7 +656,7 @@ COMPRESSED_IMPLS = {name: _variant(name) for name in _VARIANT_DOCS}
 
 
 def _gluon(**opts: object) -> CompressedFn:
-    """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``). PREPARED: not yet run.
+    """v2h's algorithm in Gluon (Hopper only; ``compressed_gluon.py``); g2p is the default.
 
     Inputs the Gluon kernel does not take go to v2h, which computes the same thing, as does
     everything once Gluon proves unusable with this Triton (``kernels._gluon_switch``):

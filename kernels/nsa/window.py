@@ -254,7 +254,8 @@ def _window_gluon(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``window_gluon.window_gluon`` where it runs (Hopper; bf16/fp16; D 64 or 128), else
     ``window_triton``, which computes the same thing (also once Gluon proves unusable with
-    this Triton: ``kernels._gluon_switch``). PREPARED: the Gluon kernel has not run on a GPU."""
+    this Triton: ``kernels._gluon_switch``). Correct on the H200 but slower than v1 at w = 512
+    (run 82), so not the default."""
 
     def call(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor] | None:
         if mod.window_gluon_unsupported(q, k, v) is not None:

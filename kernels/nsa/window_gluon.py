@@ -1,8 +1,12 @@
 """Sliding-window branch forward in Gluon, for Hopper, fused with the gated combine.
 
-PREPARED, NOT YET RUN ON A GPU: it compiles for sm_90 with Triton 3.6 and 3.9
-(``tests/kernels/test_gluon_compile.py``); its GPU tests are in
-``tests/kernels/test_gpu_nsa_gluon.py``.
+Correct (``tests/kernels/test_gpu_nsa_gluon.py``, run 81) but SLOWER than the Triton kernel,
+so not the default: 5.30 ms against v1's 4.47 at 64k, 1.29 against 1.05 at 16k (run 82,
+2026-12-05, one H200, paper config, w = 512; no other window measured). The likely reasons,
+not yet profiled: a program's band at w = 512 is five 128-key tiles, too short for the
+two-consumer pipeline's fill and drain to amortise, and each program loads its band for one
+query head where v1 shares it across the G heads of a KV head. Selected with
+``KGRADE_NSA_WINDOW=g1``.
 
 The block attention kernel's schedule (``kernels/attention/gluon_fwd.py``: a TMA loader
 partition and two one-warpgroup consumers over shared K/V stages, FA3-style overlap inside
