@@ -855,7 +855,9 @@ def _try_gluon(
             q, k, v, causal=causal, q_offset=q_offset, k_offset=k_offset, scale=scale
         )
 
-    return gluon_or_none("block_attention", "kernels.attention.gluon_fwd", call, stacklevel=4)
+    return gluon_or_none(
+        "block_attention", "kernels.attention.gluon_fwd", call, where=q, stacklevel=4
+    )
 
 
 def block_attention(

@@ -679,7 +679,9 @@ def _gluon(**opts: object) -> CompressedFn:
                 return None
             return mod.compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs, **opts)
 
-        res = gluon_or_none("the NSA compressed branch", "kernels.nsa.compressed_gluon", call)
+        res = gluon_or_none(
+            "the NSA compressed branch", "kernels.nsa.compressed_gluon", call, where=q
+        )
         if res is None:
             res = COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
         return res

@@ -262,7 +262,7 @@ def _window_gluon(
             return None
         return mod.window_gluon(q, k, v, *args, **kwargs)
 
-    res = gluon_or_none("the NSA window branch", "kernels.nsa.window_gluon", call)
+    res = gluon_or_none("the NSA window branch", "kernels.nsa.window_gluon", call, where=q)
     if res is None:
         res = window_triton(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
     return res

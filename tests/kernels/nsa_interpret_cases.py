@@ -362,10 +362,11 @@ def test_gluon_variants_without_gluon_warn_once_and_fall_back(
 
     import kernels._gluon_switch as switch
 
-    monkeypatch.setattr(switch, "OFF", {})
-    monkeypatch.setitem(sys.modules, module, None)  # its import now raises ImportError
     q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=32)
-    want = nsa_attention(q, k, v, g, FINE)
+    want = nsa_attention(q, k, v, g, FINE)  # on the CPU: the Triton kernels, no warning
+    monkeypatch.setattr(switch, "OFF", {})
+    monkeypatch.setattr(switch, "on_hopper", lambda x: True)  # as if on an H200
+    monkeypatch.setitem(sys.modules, module, None)  # its import now raises ImportError
     use_variants("v2", "g2p")
     monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "g1")
     with pytest.warns(RuntimeWarning, match=f"no usable Gluon.*; {name} uses its Triton kernel"):
@@ -375,6 +376,31 @@ def test_gluon_variants_without_gluon_warn_once_and_fall_back(
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # once per process, not per call
         assert torch.equal(nsa_attention(q, k, v, g, FINE), want)
+
+
+@pytest.mark.parametrize("module", ["kernels.nsa.compressed_gluon", "kernels.nsa.window_gluon"])
+def test_gluon_variants_on_the_cpu_never_import_gluon(
+    monkeypatch: pytest.MonkeyPatch, use_variants, module: str
+) -> None:
+    """Off a Hopper GPU a Gluon variant (g2p is the default) goes straight to its Triton
+    kernel: no import, so a Triton without Gluon neither warns nor turns the kernel off for a
+    later GPU call in the same process."""
+    import sys
+    import warnings
+
+    import kernels._gluon_switch as switch
+
+    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=33)
+    use_variants("v2", "v2h")
+    want = nsa_attention(q, k, v, g, FINE)
+    monkeypatch.setattr(switch, "OFF", {})
+    monkeypatch.setitem(sys.modules, module, None)  # an import would raise ImportError
+    use_variants("v2", "g2p")
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "g1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert torch.equal(nsa_attention(q, k, v, g, FINE), want)
+    assert switch.OFF == {}
 
 
 def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> None:

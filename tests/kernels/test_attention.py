@@ -232,6 +232,7 @@ def test_without_gluon_block_attention_falls_back_once(gen, monkeypatch):
         "kernels.attention.block_attention"
     )  # the module, not the function
     monkeypatch.setattr(switch, "OFF", {})
+    monkeypatch.setattr(switch, "on_hopper", lambda x: True)  # as if on an H200
     # The import fails: no module, and no attribute left on the package by an earlier import.
     monkeypatch.setitem(sys.modules, "kernels.attention.gluon_fwd", None)
     monkeypatch.delattr(importlib.import_module("kernels.attention"), "gluon_fwd", raising=False)
@@ -260,6 +261,7 @@ def test_gluon_compile_error_falls_back(gen, monkeypatch):
         raise CompilationError("", None, "unknown builtin")
 
     monkeypatch.setattr(switch, "OFF", {})
+    monkeypatch.setattr(switch, "on_hopper", lambda x: True)  # as if on an H200
     monkeypatch.setattr(gluon_fwd, "gluon_unsupported", lambda *a, **kw: None)
     monkeypatch.setattr(gluon_fwd, "block_attention_gluon", broken)
     q, k, v = (randn(1, 64, 2, 128, dtype=torch.bfloat16, gen=gen) for _ in range(3))
