@@ -17,7 +17,13 @@ the kernel's part; bf16 the first measurement's), and prints
   test would use), and the share of rows whose gap between the n-th and (n+1)-th exact score is
   under 1, 2 and 4 times it: what a sound flag would send to the exact path.
 
+``--lo`` adds a lo part back the way a kernel could compute it: ``fp16`` as the kernel does
+today (hi + lo, two fp16 dots), ``fp8`` as a cheaper dot would (k̃'s lo part and q both
+rounded to fp8 e4m3 under a power-of-two scale, the product accumulated in fp32): whether
+an fp8 lo dot keeps the choice as exact as the fp16 one.
+
     .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 2048 4096
+    .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 4096 --lo fp8
     python benchmarks/nsa_near_ties.py --seqs 16384 65536          # on the GPU machine
 """
 
@@ -37,6 +43,17 @@ from kernels.nsa.config import NSAConfig  # noqa: E402
 from kernels.nsa.naive import _masked_softmax, block_scores, compress_mean  # noqa: E402
 
 HI_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+LO_PARTS = ("none", "fp16", "fp8")
+
+
+def round_fp8(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to fp8 e4m3 under a power-of-two scale that puts max |x| near the format's
+    top (448), back in fp32: what an fp8 tensor-core operand would hold."""
+    amax = float(x.abs().max())
+    if amax == 0.0:
+        return x.float()
+    scale = 2.0 ** math.floor(math.log2(448.0 / amax))
+    return (x.float() * scale).to(torch.float8_e4m3fn).float() / scale
 
 
 def row_scores(
@@ -46,18 +63,24 @@ def row_scores(
     cfg: NSAConfig,
     seq: int,
     dtype: torch.dtype,
+    lo: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions) as the naive reference
     makes them (forced blocks +inf, ineligible -inf), in ``dtype``; q [T, Hq, D] bf16, kc
-    [Tc, Hkv, D] (fp32, or its hi part)."""
+    [Tc, Hkv, D] (fp32, or its hi part); ``lo``: (q as the lo dot reads it [T, Hq, D], k̃'s
+    lo part [Tc, Hkv, D]), a second product added to the logits."""
     hq, d = q.shape[1], q.shape[2]
     hkv, tc = kc.shape[1], kc.shape[0]
     scale = cfg.scale if cfg.scale is not None else d**-0.5
-    qr = q[rows].to(dtype).permute(1, 0, 2)  # [Hq, R, D]
-    kk = kc.to(dtype).repeat_interleave(hq // hkv, dim=1).permute(1, 2, 0)  # [Hq, D, Tc]
+
+    def dot(qq: torch.Tensor, kk: torch.Tensor) -> torch.Tensor:  # [Hq, R, Tc]
+        qr = qq[rows].to(dtype).permute(1, 0, 2)  # [Hq, R, D]
+        return torch.bmm(qr, kk.to(dtype).repeat_interleave(hq // hkv, dim=1).permute(1, 2, 0))
+
+    logits = dot(q, kc) if lo is None else dot(q, kc) + dot(*lo)
     i = torch.arange(tc, device=q.device)
     visible = (i[None, :] * cfg.cmp_stride + cfg.cmp_block - 1) <= rows[:, None]  # [R, Tc]
-    p, _ = _masked_softmax(scale * torch.bmm(qr, kk), visible)  # [Hq, R, Tc]
+    p, _ = _masked_softmax(scale * logits, visible)  # [Hq, R, Tc]
     return block_scores(p[None], seq, hkv, cfg, pos=rows)[0]  # [R, Hkv, Ts]
 
 
@@ -68,6 +91,11 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     k = torch.randn(seq, args.hkv, args.dim, generator=gen).to(dev, torch.bfloat16)
     kc = compress_mean(k[None], cfg)[0]  # [Tc, Hkv, D] fp32
     kc_hi = kc.to(HI_DTYPES[args.hi]).float()
+    lo: tuple[torch.Tensor, torch.Tensor] | None = None
+    if args.lo == "fp16":  # the kernel's split: q exact in fp16, lo = k̃ - hi in fp16
+        lo = (q, (kc - kc_hi).half().float())
+    elif args.lo == "fp8":
+        lo = (round_fp8(q), round_fp8(kc - kc_hi))
     n = cfg.sel_count
     decided = differ = 0
     near = {1: 0, 2: 0, 4: 0}
@@ -79,7 +107,7 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     for start in range(first, seq, args.chunk):
         rows = torch.arange(start, min(seq, start + args.chunk), device=dev)
         exact = row_scores(q, kc, rows, cfg, seq, torch.float64)
-        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32).double()
+        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32, lo).double()
         top_e = exact.topk(n, dim=-1)
         top_h = hi.topk(n, dim=-1).indices.sort(dim=-1).values
         differ += int((top_e.indices.sort(dim=-1).values != top_h).any(-1).sum())
@@ -113,6 +141,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--hi", choices=list(HI_DTYPES), default="fp16", help="k̃'s hi part")
+    ap.add_argument("--lo", choices=LO_PARTS, default="none", help="k̃'s lo part, and its dot")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu (small --seqs)")
@@ -120,10 +149,10 @@ def main() -> None:
     print(
         f"# nsa_near_ties.py, commit {commit()}, {args.device}, Hq {args.hq} / Hkv {args.hkv} / "
         f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}, "
-        f"hi part {args.hi}"
+        f"hi part {args.hi}, lo part {args.lo}"
     )
     print(
-        "| T | rows x KV heads decided | hi-only top-n differs | worst hi-only error "
+        "| T | rows x KV heads decided | top-n differs | worst score error "
         "(of the n-th score) | 99.9th pct | exact gap, 1st pct | gap < 1x / 2x / 4x worst |"
     )
     print("|---|---|---|---|---|---|---|")
