@@ -12,8 +12,10 @@ from kernels.nsa.config import NSAConfig
 CFG = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=4, window=32)
 
 
-def _measure(seed: int, hi: str) -> dict[str, float]:
-    args = argparse.Namespace(hq=16, hkv=1, dim=64, chunk=257, seed=seed, device="cpu", hi=hi)
+def _measure(seed: int, hi: str, lo: str = "none") -> dict[str, float]:
+    args = argparse.Namespace(
+        hq=16, hkv=1, dim=64, chunk=257, seed=seed, device="cpu", hi=hi, lo=lo
+    )
     return nt.measure(2000, args, CFG)
 
 
@@ -39,3 +41,27 @@ def test_the_kernels_fp16_hi_part_errs_less_than_bf16() -> None:
         assert 0.0 < r16["worst_err"] < r_bf["worst_err"] / 3
         assert r16["differ"] <= r16["near2"] <= r16["near4"] <= r16["rows"]
         assert r16["differ"] <= r_bf["differ"]
+
+
+def test_a_lo_part_shrinks_the_error_fp16_most() -> None:
+    """``--lo``: adding k̃'s lo part back cuts the hi-only error by orders of magnitude, the
+    kernel's fp16 lo dot more than an fp8 one (q and lo rounded to e4m3: 2^-4 relative on a
+    term 2^-11 of the logit)."""
+    r_hi, r_8, r_16 = (_measure(0, "fp16", lo) for lo in ("none", "fp8", "fp16"))
+    assert 0.0 < r_16["worst_err"] < r_8["worst_err"] < r_hi["worst_err"] / 4
+    for r in (r_8, r_16):
+        assert r["differ"] <= r_hi["differ"]
+        assert r["differ"] <= r["near2"] <= r["rows"]
+
+
+def test_round_fp8_keeps_e4m3_precision_under_its_scale() -> None:
+    """The fp8 rounding the ``--lo fp8`` dot reads: within 2^-4 relative of each value that
+    lands in e4m3's normal range, and the largest value stays finite (scaled under 448)."""
+    import torch
+
+    x = torch.linspace(-3e-3, 5e-3, 1001, dtype=torch.float64)
+    y = nt.round_fp8(x).double()
+    assert torch.isfinite(y).all() and y.abs().max() <= 5e-3 * (1 + 2**-4)
+    big = x.abs() > 5e-3 / 64  # 2^-6 of the max: still normal after scaling
+    assert ((y - x).abs()[big] <= x.abs()[big] * 2**-4).all()
+    assert not torch.equal(y, x)  # it does round
