@@ -694,6 +694,9 @@ def _gluon(**opts: object) -> CompressedFn:
 COMPRESSED_IMPLS["g2h"] = _gluon(pipe=False, stages=3)
 COMPRESSED_IMPLS["g2p"] = _gluon(pipe=True, stages=3)
 COMPRESSED_IMPLS["g2p4"] = _gluon(pipe=True, stages=4)
+# g2p8: g2p with the q·k̃_lo product in e4m3 (PREPARED, not yet run on a GPU): logits within
+# ≈ 2^-15 instead of ≈ 2^-22; nsa_near_ties.py --lo fp8 measured the top-n it keeps.
+COMPRESSED_IMPLS["g2p8"] = _gluon(pipe=True, stages=3, lo_fp8=True)
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

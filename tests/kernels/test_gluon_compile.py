@@ -73,43 +73,51 @@ def test_block_attention_kernel_compiles_for_hopper(d, dtype, causal, block_n, s
     assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res
 
 
-def _g2h_signature(d: int, out_dtype: str) -> dict[str, str]:
+def _g2h_signature(d: int, out_dtype: str, lo_fp8: bool = False) -> dict[str, str]:
     k_layout = gl.NVMMASharedLayout.get_default_for([64, d], gl.float16)
+    kl_dtype, kl_gl = ("fp8e4nv", gl.float8e4nv) if lo_fp8 else ("fp16", gl.float16)
+    kl_layout = gl.NVMMASharedLayout.get_default_for([64, d], kl_gl)
     v_layout = gl.NVMMASharedLayout.get_default_for([64, d], gl.bfloat16)
     strides = ("sq_b", "sq_t", "sq_h", "so_b", "so_t", "so_h", "sl_b", "sl_t")
     return {
         "q_ptr": "*bf16",
         "kh_desc": gluon_aot.tensordesc("fp16", [64, d], k_layout),
-        "kl_desc": gluon_aot.tensordesc("fp16", [64, d], k_layout),
+        "kl_desc": gluon_aot.tensordesc(kl_dtype, [64, d], kl_layout),
         "v_desc": gluon_aot.tensordesc("bf16", [64, d], v_layout),
         "o_ptr": f"*{out_dtype}",
-        **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr"), "*fp32"),
+        **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr", "lo_inv_ptr"), "*fp32"),
         **dict.fromkeys((*strides, "ss_b", "ss_h", "ss_t", "T", "TC", "TS", "HKV"), "i32"),
         "qk_scale": "fp32",
         **dict.fromkeys(
-            ("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE"), "constexpr"
+            ("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE", "LO_FP8"), "constexpr"
         ),
     }
 
 
 @pytest.mark.parametrize(
-    ("d", "group", "stages", "scores", "out_dtype", "pipe"),
+    ("d", "group", "stages", "scores", "out_dtype", "pipe", "lo_fp8"),
     [
-        (128, 16, 3, True, "fp16", False),  # the paper shape, as nsa_attention runs it
-        (128, 16, 3, True, "fp16", True),
-        (128, 16, 4, True, "fp16", True),
-        (128, 16, 3, False, "fp32", True),
-        (128, 16, 2, True, "fp32", False),
-        (64, 1, 3, True, "fp32", True),
-        (64, 64, 3, True, "fp16", False),
+        (128, 16, 3, True, "fp16", True, False),  # g2p at the paper shape, nsa_attention's
+        (128, 16, 3, True, "fp16", False, False),
+        (128, 16, 4, True, "fp16", True, False),
+        (128, 16, 3, False, "fp32", True, False),
+        (128, 16, 2, True, "fp32", False, False),
+        (64, 1, 3, True, "fp32", True, False),
+        (64, 64, 3, True, "fp16", False, False),
+        (128, 16, 3, True, "fp16", True, True),  # g2p8: the lo product in e4m3
+        (128, 16, 3, False, "fp32", True, True),
+        (64, 64, 3, True, "fp16", False, True),
+        (128, 1, 4, True, "fp32", False, True),
     ],
 )
-def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out_dtype, pipe):
+def test_nsa_compressed_kernel_compiles_for_hopper(
+    d, group, stages, scores, out_dtype, pipe, lo_fp8
+):
     from kernels.nsa.compressed_gluon import nsa_compressed_gluon_fwd_kernel
 
     res = gluon_aot.compile_hopper(
         nsa_compressed_gluon_fwd_kernel,
-        _g2h_signature(d, out_dtype),
+        _g2h_signature(d, out_dtype, lo_fp8),
         {
             "G": group,
             "L_CMP": 32,
@@ -118,6 +126,7 @@ def test_nsa_compressed_kernel_compiles_for_hopper(d, group, stages, scores, out
             "STAGES": stages,
             "SCORES": scores,
             "PIPE": pipe,
+            "LO_FP8": lo_fp8,
         },
     )
     assert res.spill_stores == 0 and res.spill_loads == 0, res
