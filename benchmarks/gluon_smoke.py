@@ -93,9 +93,15 @@ KERNELS: dict[str, tuple[Callable[[], dict[str, float]], float]] = {
 
 
 def child(name: str) -> None:
+    import kernels._gluon_switch as switch
+
     run, tol = KERNELS[name]
     errs = run()
     torch.cuda.synchronize()
+    if switch.OFF:  # the variant fell back to its Triton kernel: nothing said of Gluon's
+        why = "; ".join(switch.OFF.values())[:160]
+        print(f"RESULT ERROR fell back to Triton: {why}", flush=True)
+        return
     worst = max(errs.values())
     verdict = "ok" if worst <= tol else "WRONG"
     print(f"RESULT {verdict} " + ", ".join(f"{k} {v:.2e}" for k, v in errs.items()), flush=True)

@@ -55,3 +55,17 @@ def test_child_verdict_uses_the_kernel_tolerance(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(gluon_smoke.KERNELS, "k", (lambda: {"o": 5e-5}, 1e-4))
     gluon_smoke.child("k")
     assert capsys.readouterr().out.strip() == "RESULT ok o 5.00e-05"
+
+
+def test_child_reports_a_fallback_as_an_error(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A Gluon variant that turned itself off (kernels._gluon_switch) returns its Triton
+    kernel's result, which would match: the child says ERROR, not ok."""
+    import kernels._gluon_switch as switch
+
+    monkeypatch.setattr(gluon_smoke.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(switch, "OFF", {"the NSA compressed branch": "does not compile: boom"})
+    monkeypatch.setitem(gluon_smoke.KERNELS, "k", (lambda: {"o": 0.0}, 1e-4))
+    gluon_smoke.child("k")
+    assert capsys.readouterr().out.strip() == (
+        "RESULT ERROR fell back to Triton: does not compile: boom"
+    )
