@@ -165,6 +165,21 @@ def _lo_added(s_hi, s_lo, lo_mult):
 
 
 @gluon.jit
+def _exact_logits_waited(q_smem, kh, kl, zero_s, lo8, LO_FP8: gl.constexpr):
+    """Pass 2's exact logits of one tile, issued and waited for (nothing else in flight).
+    lo8: the fp8 variant's (q8_smem, zero_s8, lo_mult), unread without LO_FP8."""
+    if LO_FP8:
+        q8_smem, zero_s8, lo_mult = lo8
+        s, s_lo = _exact_logits_fp8(q_smem, q8_smem, kh, kl, zero_s, zero_s8)
+        s, s_lo = warpgroup_mma_wait(0, deps=(s, s_lo))
+        s = _lo_added(s, s_lo, lo_mult)
+    else:
+        s = _exact_logits(q_smem, kh, kl, zero_s)
+        s = warpgroup_mma_wait(0, deps=(s,))
+    return s
+
+
+@gluon.jit
 def _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
               G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
               BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
@@ -224,6 +239,9 @@ def _cmp_consumer(
             version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, BLOCK_C, 32]
         )
         zero_s8 = gl.zeros([64, BLOCK_C], gl.float32, s8_layout)
+        lo8 = (q8_smem, zero_s8, lo_mult)
+    else:
+        lo8 = (q_smem,)  # a placeholder: read only with LO_FP8
     fence_async_shared()  # the generic-proxy store before the async proxy (wgmma) reads it
 
     zero_s = gl.zeros([64, BLOCK_C], gl.float32, s_layout)
@@ -275,14 +293,8 @@ def _cmp_consumer(
         if n1 > 0:
             st = n1 % STAGES
             mbarrier.wait(ready.index(st), (n1 // STAGES) & 1)
-            if LO_FP8:
-                s, s_lo = _exact_logits_fp8(q_smem, q8_smem, kh_smem.index(st),
-                                            kl_smem.index(st), zero_s, zero_s8)  # fmt: skip
-                s, s_lo = warpgroup_mma_wait(0, deps=(s, s_lo))
-                s = _lo_added(s, s_lo, lo_mult)
-            else:
-                s = _exact_logits(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s)
-                s = warpgroup_mma_wait(0, deps=(s,))
+            s = _exact_logits_waited(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s, lo8,
+                                     LO_FP8)  # fmt: skip
             p = _p2_probs(s, lse_safe, 0, n_all, t0, n_vis, qk_scale,
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
             l2 += gl.sum(p, 1)
@@ -323,14 +335,8 @@ def _cmp_consumer(
             uu = n1 + u
             st = uu % STAGES
             mbarrier.wait(ready.index(st), (uu // STAGES) & 1)
-            if LO_FP8:
-                s, s_lo = _exact_logits_fp8(q_smem, q8_smem, kh_smem.index(st),
-                                            kl_smem.index(st), zero_s, zero_s8)  # fmt: skip
-                s, s_lo = warpgroup_mma_wait(0, deps=(s, s_lo))
-                s = _lo_added(s, s_lo, lo_mult)
-            else:
-                s = _exact_logits(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s)
-                s = warpgroup_mma_wait(0, deps=(s,))
+            s = _exact_logits_waited(q_smem, kh_smem.index(st), kl_smem.index(st), zero_s, lo8,
+                                     LO_FP8)  # fmt: skip
             c0 = u * BLOCK_C
             p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
