@@ -38,8 +38,50 @@ def _win_configs() -> list[triton.Config]:
     )
 
 
+@triton.jit
+def _win_tile(
+    q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
+    offs_dk, offs_dv,
+    W: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One K/V tile of the band [n0, n0 + BLOCK_N) folded into the online softmax of the rows
+    at positions t. MASKED=False: the caller vouches that every key is in every row's window
+    and below hi, so no logit is −inf and no guard against an all −inf row is needed."""
+    kpos = n0 + tl.arange(0, BLOCK_N)
+    kin = kpos < hi
+    if MASKED:
+        kmask = kin[None, :] & (offs_dk[:, None] < DK)
+        vmask = kin[:, None] & (offs_dv[None, :] < DV)
+    else:
+        kmask = offs_dk[:, None] < DK
+        vmask = offs_dv[None, :] < DV
+    kt = tl.load(k_base + kpos[None, :] * sk_t + offs_dk[:, None], mask=kmask, other=0.0)
+    if DOT_F32:
+        kt = kt.to(tl.float32)
+    s = mma(q, kt, DOT_F32) * qk_scale
+    if MASKED:
+        vis = kin[None, :] & (kpos[None, :] <= t[:, None]) & (kpos[None, :] > t[:, None] - W)
+        s = tl.where(vis, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = m_new
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    vt = tl.load(v_base + kpos[:, None] * sv_t + offs_dv[None, :], mask=vmask, other=0.0)
+    if DOT_F32:
+        acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
+    else:
+        acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
+    return m_new, l_i, acc
+
+
 @triton.autotune(
-    configs=_win_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW"]
+    configs=_win_configs(),
+    key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW", "SPLIT"],
 )
 @triton.jit
 def nsa_window_fwd_kernel(
@@ -85,6 +127,7 @@ def nsa_window_fwd_kernel(
     COMBINE: tl.constexpr,
     WRITE_OW: tl.constexpr,  # the backward needs o_win beside the combined out
     DOT_F32: tl.constexpr,
+    SPLIT: tl.constexpr,  # mask only the band's edge tiles (variant v2)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -114,34 +157,36 @@ def nsa_window_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    for n0 in range(lo, hi, BLOCK_N):
-        kpos = n0 + tl.arange(0, BLOCK_N)
-        kin = kpos < hi
-        kt = tl.load(
-            k_base + kpos[None, :] * sk_t + offs_dk[:, None],
-            mask=kin[None, :] & (offs_dk[:, None] < DK),
-            other=0.0,
-        )
-        if DOT_F32:
-            kt = kt.to(tl.float32)
-        s = mma(q, kt, DOT_F32) * qk_scale
-        vis = kin[None, :] & (kpos[None, :] <= t[:, None]) & (kpos[None, :] > t[:, None] - W)
-        s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        vt = tl.load(
-            v_base + kpos[:, None] * sv_t + offs_dv[None, :],
-            mask=kin[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )
-        if DOT_F32:
-            acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
-        else:
-            acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
-        m_i = m_new
+    if SPLIT:
+        # Only a band's edge tiles need the mask: keys below every row's window (the first
+        # tiles) and keys past the first row's position (the last). Tiles in between hold
+        # keys that all BLOCK_T positions see: no mask, no −inf guard (seven of the nine tiles
+        # at w = 512, BLOCK_T = 4, BLOCK_N = 64).
+        # [lo, mid_lo): lower edge; [mid_lo, mid_hi): mask-free; [mid_hi, hi): causal edge
+        first_free = t0 + BLOCK_T - W  # lowest key the last position sees
+        mid_lo = lo + tl.cdiv(tl.maximum(first_free - lo, 0), BLOCK_N) * BLOCK_N
+        mid_hi = mid_lo + tl.maximum(t0 + 1 - mid_lo, 0) // BLOCK_N * BLOCK_N
+        for n0 in range(lo, tl.minimum(mid_lo, hi), BLOCK_N):
+            m_i, l_i, acc = _win_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, W, DK, DV, DOT_F32, BLOCK_N, True,
+            )  # fmt: skip
+        for n0 in range(mid_lo, mid_hi, BLOCK_N):
+            m_i, l_i, acc = _win_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, W, DK, DV, DOT_F32, BLOCK_N, False,
+            )  # fmt: skip
+        for n0 in range(mid_hi, hi, BLOCK_N):
+            m_i, l_i, acc = _win_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, W, DK, DV, DOT_F32, BLOCK_N, True,
+            )  # fmt: skip
+    else:
+        for n0 in range(lo, hi, BLOCK_N):
+            m_i, l_i, acc = _win_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, W, DK, DV, DOT_F32, BLOCK_N, True,
+            )  # fmt: skip
     has = l_i > 0
     inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
     o_win = acc * inv[:, None]
@@ -175,6 +220,7 @@ def window_triton(
     combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     alloc: object = torch.empty,
     o_win: torch.Tensor | None = None,
+    split: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Window branch. combine=None → (o_win fp32, lse_win); combine=(o_cmp, o_slc, gates) →
     (out in q.dtype, lse_win) with out = g0·o_cmp + g1·o_slc + g2·o_win computed in fp32
@@ -245,6 +291,7 @@ def window_triton(
         COMBINE=combine is not None,
         WRITE_OW=write_ow,
         DOT_F32=dot_f32(q.dtype),
+        SPLIT=split,
     )
     return o, lse
 
@@ -268,6 +315,14 @@ def _window_gluon(
     return res
 
 
-# v1: the Triton kernel above (4 positions × the G heads of a KV head per program); g1: the
-# Gluon kernel (128 positions of one query head per program, block attention's schedule).
-WINDOW_IMPLS = {"v1": window_triton, "g1": _window_gluon}
+def _window_split(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``window_triton`` with the mask applied to the band's edge tiles only (``SPLIT``)."""
+    return window_triton(q, k, v, *args, split=True, **kwargs)  # type: ignore[arg-type]
+
+
+# v1: the Triton kernel above (4 positions × the G heads of a KV head per program); v2: the
+# same with mask-free interior tiles; g1: the Gluon kernel (128 positions of one query head
+# per program, block attention's schedule).
+WINDOW_IMPLS = {"v1": window_triton, "v2": _window_split, "g1": _window_gluon}

@@ -417,6 +417,34 @@ def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> N
     assert torch.equal(got, want)
 
 
+# window 200 with the interpreter's 32-key tiles: a band has lower-edge, mask-free and
+# causal-edge tiles for every G (BLOCK_T = 32 / G positions a program, 2 at G = 16)
+@pytest.mark.parametrize(
+    ("t", "hq", "hkv", "dtype"),
+    [(333, 2, 2, torch.float32), (261, 8, 1, torch.bfloat16), (97, 16, 1, torch.float32)],
+)
+def test_window_v2_mask_free_interior_matches_v1_and_naive(
+    monkeypatch: pytest.MonkeyPatch, t: int, hq: int, hkv: int, dtype: torch.dtype
+) -> None:
+    """Window variant v2 skips the mask on tiles whose keys every row of the program sees:
+    the same outputs as v1 (which masks every tile), and nsa_attention with it the naive
+    reference's."""
+    cfg = replace(FINE, window=200)
+    q, k, v, g = make_inputs(1, t, hq, hkv, 16, dtype, seed=t)
+    scale = 16**-0.5
+    alloc = nsa_attention_mod._alloc
+    for kw in ({}, {"combine": (torch.randn(q.shape), torch.randn(q.shape), g)}):
+        o1, lse1 = window_triton(q, k, v, cfg.window, scale, alloc=alloc, **kw)
+        o2, lse2 = window_triton(q, k, v, cfg.window, scale, alloc=alloc, split=True, **kw)
+        assert not o2.isnan().any() and not lse2.isnan().any()
+        assert torch.allclose(o2.float(), o1.float(), rtol=1e-5, atol=1e-5)
+        assert torch.allclose(lse2, lse1, rtol=1e-6, atol=1e-6)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "v2")
+    out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
+    ref_out, ref_aux = reference(q, k, v, g, cfg)
+    assert_matches(out, aux, ref_out, ref_aux, dtype)
+
+
 @pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
 def test_fp16_compressed_storage_keeps_fp32_logits(
     monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig

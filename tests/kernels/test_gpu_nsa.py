@@ -235,6 +235,33 @@ def test_gpu_variants_planted_and_given(
     assert torch.equal(out, out2)
 
 
+@pytest.mark.parametrize(
+    ("t", "group", "window", "dtype"),
+    [(1777, 16, 512, torch.bfloat16), (2049, 4, 256, torch.float16), (999, 1, 512, torch.float32)],
+)
+def test_gpu_window_v2_matches_v1_and_reference(
+    monkeypatch: pytest.MonkeyPatch, t: int, group: int, window: int, dtype: torch.dtype
+) -> None:
+    """Window variant v2 (mask-free interior tiles) at the GPU's tile sizes: v1's outputs,
+    and nsa_attention with it the naive reference's."""
+    from kernels.nsa.window import window_triton
+
+    hkv = 2
+    q, k, v, g = make_inputs(1, t, group * hkv, hkv, 128, dtype, seed=t, device="cuda")
+    scale = 128**-0.5
+    oc, os_ = (torch.randn(q.shape, device="cuda") for _ in range(2))
+    for kw in ({}, {"combine": (oc, os_, g)}):
+        o1, lse1 = window_triton(q, k, v, window, scale, **kw)  # type: ignore[arg-type]
+        o2, lse2 = window_triton(q, k, v, window, scale, split=True, **kw)  # type: ignore[arg-type]
+        assert err_ratio(o2, o1) <= 1e-5
+        assert (lse2 - lse1).abs().max().item() <= 1e-5
+    cfg = NSAConfig(window=window)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "v2")
+    out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
+    ref_out, ref_aux = reference(q, k, v, g, cfg, block_indices=aux.block_indices)
+    assert_matches(out, aux, ref_out, ref_aux, dtype, check_indices=False)
+
+
 # ---- backward (kernels.nsa.backward): gradients against autograd through the naive reference ----
 
 
