@@ -127,7 +127,7 @@ def nsa_window_fwd_kernel(
     COMBINE: tl.constexpr,
     WRITE_OW: tl.constexpr,  # the backward needs o_win beside the combined out
     DOT_F32: tl.constexpr,
-    SPLIT: tl.constexpr,  # mask only the band's edge tiles (variant v2)
+    SPLIT: tl.constexpr,  # variant v2: mask only the band's edge tiles; leaner epilogue
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -199,10 +199,16 @@ def nsa_window_fwd_kernel(
         g0 = tl.load(gbase, mask=row_ok, other=0.0).to(tl.float32)
         g1 = tl.load(gbase + sg_c, mask=row_ok, other=0.0).to(tl.float32)
         g2 = tl.load(gbase + 2 * sg_c, mask=row_ok, other=0.0).to(tl.float32)
-        bptr = b * sb_b + t[:, None] * sb_t + h[:, None] * sb_h + offs_dv[None, :]
-        o_c = tl.load(OC + bptr, mask=omask, other=0.0).to(tl.float32)
-        o_s = tl.load(OS + bptr, mask=omask, other=0.0).to(tl.float32)
-        out = g0[:, None] * o_c + g1[:, None] * o_s + g2[:, None] * o_win
+        if SPLIT:  # OC, OS share O's strides (window_triton checks): one offset tile, and
+            # terms added one by one: Triton 3.6's ptxas then spills nothing (v1: 654 bytes)
+            out = g2[:, None] * o_win
+            out += g0[:, None] * tl.load(OC + optr, mask=omask, other=0.0).to(tl.float32)
+            out += g1[:, None] * tl.load(OS + optr, mask=omask, other=0.0).to(tl.float32)
+        else:
+            bptr = b * sb_b + t[:, None] * sb_t + h[:, None] * sb_h + offs_dv[None, :]
+            o_c = tl.load(OC + bptr, mask=omask, other=0.0).to(tl.float32)
+            o_s = tl.load(OS + bptr, mask=omask, other=0.0).to(tl.float32)
+            out = g0[:, None] * o_c + g1[:, None] * o_s + g2[:, None] * o_win
         tl.store(O + optr, out.to(O.dtype.element_ty), mask=omask)
         if WRITE_OW:
             tl.store(OW + optr, o_win.to(OW.dtype.element_ty), mask=omask)
@@ -240,6 +246,8 @@ def window_triton(
         o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
     else:
         o_cmp = o_slc = gates = o  # unused placeholders (COMBINE=False never reads them)
+    if split and combine is not None:  # the SPLIT epilogue indexes o_cmp, o_slc as it does o
+        assert o_cmp.stride() == o_slc.stride() == o.stride(), "o_cmp, o_slc, out: same strides"
     write_ow = combine is not None and o_win is not None
     if write_ow:
         assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
@@ -318,11 +326,12 @@ def _window_gluon(
 def _window_split(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``window_triton`` with the mask applied to the band's edge tiles only (``SPLIT``)."""
+    """``window_triton`` with the mask applied to the band's edge tiles only and the combine
+    indexing o_cmp, o_slc with out's offsets (``SPLIT``)."""
     return window_triton(q, k, v, *args, split=True, **kwargs)  # type: ignore[arg-type]
 
 
 # v1: the Triton kernel above (4 positions × the G heads of a KV head per program); v2: the
-# same with mask-free interior tiles; g1: the Gluon kernel (128 positions of one query head
-# per program, block attention's schedule).
+# same with mask-free interior tiles and a combine that does not spill; g1: the Gluon kernel
+# (128 positions of one query head per program, block attention's schedule).
 WINDOW_IMPLS = {"v1": window_triton, "v2": _window_split, "g1": _window_gluon}
