@@ -371,13 +371,22 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str], win: list[str]
         ts = -(-t // cfg.sel_block)
         sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
-        for banded, row in ((False, "top-n alone (incl. sort)"), (True, "top-n alone, banded")):
-            ms = timed(row, t, lambda b=banded: topn_triton(sa, sb, t, HKV, cfg, banded=b), None)
+        plain = topn_triton(sa, sb, t, HKV, cfg, banded=False, packed=False)
+        for banded, packed, row in (
+            (False, False, "top-n alone (incl. sort)"),
+            (True, False, "top-n alone, banded"),
+            (True, True, "top-n alone, banded, packed keys"),
+        ):
+            ms = timed(
+                row,
+                t,
+                lambda b=banded, p=packed: topn_triton(sa, sb, t, HKV, cfg, banded=b, packed=p),
+                None,
+            )
             check = ""
             if banded:
                 same = torch.equal(
-                    topn_triton(sa, sb, t, HKV, cfg, banded=True),
-                    topn_triton(sa, sb, t, HKV, cfg, banded=False),
+                    topn_triton(sa, sb, t, HKV, cfg, banded=True, packed=packed), plain
                 )
                 check = f"picks equal: {same}"
             cell(row, t, ms, None, check)

@@ -13,9 +13,16 @@ ends where the next width starts): at 64k, paper config, the average row is then
 wide instead of 1024, and a band's narrower rows go more to a program. The picks are the same
 either way (tested). On the H200 the banded launch took 0.83 of the unbanded one's time at
 64k and 0.72 at 16k (run 37), so it is the default (``BANDED``).
+
+``PACKED`` (opt-in until timed on the H200: ``KGRADE_NSA_TOPN=packed``) folds each round's two
+reductions into one: a block's score, made an order-preserving int32, goes into the high half
+of an int64 key and ``BLOCK_TS − j`` into the low half, so the largest key is the largest score
+at its smallest index, and its low half names the pick. The picks are identical (tested).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -27,6 +34,12 @@ from kernels.nsa.config import NSAConfig
 #: Launch the rows in bands of their own width (``_bands``) unless a caller says otherwise
 #: (``bench_nsa.py --variants`` times both and checks their picks equal).
 BANDED = True
+
+
+def packed_default() -> bool:
+    """Whether ``topn_triton`` runs the one-reduction rounds (``PACKED``) by default: set
+    ``KGRADE_NSA_TOPN=packed`` (read at each call, so a benchmark can switch it)."""
+    return os.environ.get("KGRADE_NSA_TOPN", "") == "packed"
 
 
 @triton.jit
@@ -54,6 +67,7 @@ def nsa_topn_kernel(
     BLOCK_R: tl.constexpr,
     BLOCK_TS: tl.constexpr,
     N_PAD: tl.constexpr,  # pow2 ≥ n
+    PACKED: tl.constexpr,  # one int64 (score, index) reduction a round instead of two
 ):
     pid_r = tl.program_id(0)
     pid_bg = tl.program_id(1)
@@ -94,14 +108,30 @@ def nsa_topn_kernel(
         jl = cur - i
         jl = tl.where((jl >= N_INIT) & (jl >= 0), jl, BIG)
         picks = tl.where(kk[None, :] == N_INIT + i, jl[:, None], picks)
-    s = tl.where(eligible & ~forced, s, float("-inf"))
-    for k in range(N_FORCED, N_SEL):
-        best = tl.max(s, axis=1)  # [BLOCK_R]
-        # smallest index attaining the max: ties go to the smaller block index
-        pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
-        got = tl.where(best > float("-inf"), pick, BIG)
-        picks = tl.where(kk[None, :] == k, got[:, None], picks)
-        s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
+    if PACKED:
+        # fp32 bits → int32 in the same order (negative floats: magnitude bits flipped); −0
+        # made +0 first, as tl.max treats them equal. Low half BLOCK_TS − j ∈ [1, BLOCK_TS]:
+        # equal scores → the smaller j has the larger key. NONE is below every real key.
+        NONE: tl.constexpr = -9223372036854775808
+        bits = tl.where(s == 0.0, 0.0, s).to(tl.int32, bitcast=True)
+        mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+        key = (mono.to(tl.int64) << 32) | (BLOCK_TS - j[None, :]).to(tl.int64)
+        key = tl.where(eligible & ~forced, key, NONE)
+        for k in range(N_FORCED, N_SEL):
+            best = tl.max(key, axis=1)  # [BLOCK_R]: the best score at its smallest index
+            pick = BLOCK_TS - (best & 0xFFFFFFFF).to(tl.int32)
+            got = tl.where(best > NONE, pick, BIG)
+            picks = tl.where(kk[None, :] == k, got[:, None], picks)
+            key = tl.where(key == best[:, None], NONE, key)  # keys are unique in a row
+    else:
+        s = tl.where(eligible & ~forced, s, float("-inf"))
+        for k in range(N_FORCED, N_SEL):
+            best = tl.max(s, axis=1)  # [BLOCK_R]
+            # smallest index attaining the max: ties go to the smaller block index
+            pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
+            got = tl.where(best > float("-inf"), pick, BIG)
+            picks = tl.where(kk[None, :] == k, got[:, None], picks)
+            s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
     picks = tl.sort(picks, dim=1)
     picks = tl.where(picks == BIG, -1, picks)
     tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
@@ -115,18 +145,23 @@ def topn_triton(
     cfg: NSAConfig,
     alloc: object = torch.empty,
     banded: bool | None = None,
+    packed: bool | None = None,
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
     (written in that order by the kernel: no sort on the host). banded: launch the rows in
-    bands of their width (None: ``BANDED``)."""
+    bands of their width (None: ``BANDED``); packed: one reduction a round (None:
+    ``packed_default()``)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
     use_bands = BANDED if banded is None else banded
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
+    use_packed = packed_default() if packed is None else packed
+    # A program's tile near 16k fp32 scores, or 8k int64 keys (sm_90 under Triton 3.6 and
+    # 3.9: 16k keys spill 700-12,000 bytes; 8k none), at least 1 row.
+    tile = 8192 if use_packed else 16384
     for t0, t_hi, width in bands:
-        # Keep a program's score tile near 16k fp32 values (registers), at least 1 row.
-        block_r = max(1, min(64, 16384 // width))
+        block_r = max(1, min(64, tile // width))
         if interpreting():
             block_r = max(block_r, 16)
         nsa_topn_kernel[(triton.cdiv(t_hi - t0, block_r), b * hkv)](
@@ -153,6 +188,7 @@ def topn_triton(
             BLOCK_R=block_r,
             BLOCK_TS=width,
             N_PAD=pow2(n, 1),
+            PACKED=use_packed,
             num_warps=4 if width <= 1024 else 8,
         )
     return picks
@@ -172,4 +208,4 @@ def _bands(t: int, ts: int, sel_block: int) -> list[tuple[int, int, int]]:
     return bands
 
 
-__all__ = ["nsa_topn_kernel", "topn_triton"]
+__all__ = ["nsa_topn_kernel", "packed_default", "topn_triton"]

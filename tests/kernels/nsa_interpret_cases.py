@@ -111,13 +111,14 @@ def test_triton_planted_scores_stage1() -> None:
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
 
 
-def test_topn_kernel_ties_to_smaller_index() -> None:
+@pytest.mark.parametrize("packed", [False, True])
+def test_topn_kernel_ties_to_smaller_index(packed: bool) -> None:
     """Equal scores everywhere: the kernel must pick forced blocks, then the smallest ones."""
     cfg = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=3, sel_local=1)
     t, ts = 100, 7
     sa = torch.ones(1, 1, t, ts)
     sb = torch.zeros(1, 1, t, ts)
-    idx = topn_triton(sa, sb, t, 1, cfg)
+    idx = topn_triton(sa, sb, t, 1, cfg, packed=packed)
     for pos in (0, 15, 16, 40, 99):
         cur = pos // 16
         want = sorted({0, cur} | ({1} if cur >= 2 else set()))
@@ -509,6 +510,7 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     return out
 
 
+@pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("banded", [True, False])
 @pytest.mark.parametrize(
     ("init", "local", "n"),
@@ -516,7 +518,9 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     # often seen through the previous block's spill only, competes on its score
     [(1, 2, 5), (2, 2, 6), (2, 3, 5), (1, 0, 4)],
 )
-def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, n: int) -> None:
+def test_topn_kernel_bands_match_an_oracle(
+    banded: bool, packed: bool, init: int, local: int, n: int
+) -> None:
     """300 positions with l′ = 4: four bands of widths 16, 32, 64 and 128 (``topn._bands``),
     or one launch 128 wide; scores drawn from 4 values so ties are everywhere; every row
     against a torch oracle."""
@@ -533,10 +537,31 @@ def test_topn_kernel_bands_match_an_oracle(banded: bool, init: int, local: int, 
     written = _own_block_written(t, ts, cfg)
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
-    got = topn_triton(sa, sb, t, hkv, cfg, banded=banded)
+    got = topn_triton(sa, sb, t, hkv, cfg, banded=banded, packed=packed)
     want = _topn_oracle(sa, sb, t, cfg)
     bad = (got != want).any(-1).nonzero().tolist()
     assert not bad, f"{len(bad)} rows differ, first {bad[:3]}"
+
+
+def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
+    """The packed rounds map fp32 scores to ordered int64 keys: negative scores, −0 and +0
+    (equal, so the smaller index wins) rank as the float rounds and the oracle rank them."""
+    cfg = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=4, sel_count=6, sel_local=1)
+    t = 200
+    ts = -(-t // cfg.sel_block)
+    gen = torch.Generator().manual_seed(8)
+    sa = (torch.randint(-3, 4, (1, 1, t, ts), generator=gen).float() / 4).contiguous()
+    sa[sa == 0] = torch.where(torch.rand(int((sa == 0).sum()), generator=gen) < 0.5, -0.0, 0.0)
+    assert (sa == 0).any() and torch.signbit(sa[sa == 0]).any()  # both zeros present
+    sb = torch.full_like(sa, -0.0)  # −0 + −0 stays −0 in the kernel's sa + sb
+    written = _own_block_written(t, ts, cfg)
+    sa = torch.where(written, sa, float("nan"))
+    sb = torch.where(written, sb, float("nan"))
+    want = _topn_oracle(sa, sb, t, cfg)
+    for packed in (False, True):
+        got = topn_triton(sa, sb, t, 1, cfg, packed=packed)
+        bad = (got != want).any(-1).nonzero().tolist()
+        assert not bad, f"packed={packed}: {len(bad)} rows differ, first {bad[:3]}"
 
 
 @pytest.mark.parametrize("sel_variant", ["v1", "v2"])  # v3 is v2's kernel

@@ -262,6 +262,24 @@ def test_gpu_window_v2_matches_v1_and_reference(
     assert_matches(out, aux, ref_out, ref_aux, dtype, check_indices=False)
 
 
+@pytest.mark.parametrize("t", [16384, 3001])
+def test_gpu_topn_packed_keys_pick_what_the_float_rounds_pick(t: int) -> None:
+    """The packed top-n (one int64 reduction a round) at the GPU's tile sizes, paper config:
+    the same picks as the float rounds on random scores and on scores with many ties."""
+    from kernels.nsa.topn import topn_triton
+
+    ts = -(-t // PAPER.sel_block)
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    for levels in (None, 3):
+        sa = torch.rand(1, 4, t, ts, device="cuda", generator=gen)
+        sb = torch.rand(1, 4, t, ts, device="cuda", generator=gen)
+        if levels is not None:  # ties everywhere: the smaller index must win in both
+            sa, sb = (x.mul(levels).floor() for x in (sa, sb))
+        want = topn_triton(sa, sb, t, 4, PAPER, packed=False)
+        got = topn_triton(sa, sb, t, 4, PAPER, packed=True)
+        assert torch.equal(got, want), (got != want).any(-1).sum().item()
+
+
 # ---- backward (kernels.nsa.backward): gradients against autograd through the naive reference ----
 
 
