@@ -372,22 +372,19 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str], win: list[str]
         sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         plain = topn_triton(sa, sb, t, HKV, cfg, banded=False, packed=False)
-        for banded, packed, row in (
-            (False, False, "top-n alone (incl. sort)"),
-            (True, False, "top-n alone, banded"),
-            (True, True, "top-n alone, banded, packed keys"),
+        for banded, packed, tile, row in (
+            (False, False, None, "top-n alone (incl. sort)"),
+            (True, False, None, "top-n alone, banded"),
+            (True, False, 8192, "top-n alone, banded, 8k scores a program"),
+            (True, False, 4096, "top-n alone, banded, 4k scores a program"),
+            (True, True, None, "top-n alone, banded, packed keys (8k)"),
+            (True, True, 4096, "top-n alone, banded, packed keys (4k)"),
         ):
-            ms = timed(
-                row,
-                t,
-                lambda b=banded, p=packed: topn_triton(sa, sb, t, HKV, cfg, banded=b, packed=p),
-                None,
-            )
+            kw = {"banded": banded, "packed": packed, "tile": tile}
+            ms = timed(row, t, lambda kw=kw: topn_triton(sa, sb, t, HKV, cfg, **kw), None)
             check = ""
             if banded:
-                same = torch.equal(
-                    topn_triton(sa, sb, t, HKV, cfg, banded=True, packed=packed), plain
-                )
+                same = torch.equal(topn_triton(sa, sb, t, HKV, cfg, **kw), plain)
                 check = f"picks equal: {same}"
             cell(row, t, ms, None, check)
 

@@ -146,11 +146,12 @@ def topn_triton(
     alloc: object = torch.empty,
     banded: bool | None = None,
     packed: bool | None = None,
+    tile: int | None = None,
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
     (written in that order by the kernel: no sort on the host). banded: launch the rows in
     bands of their width (None: ``BANDED``); packed: one reduction a round (None:
-    ``packed_default()``)."""
+    ``packed_default()``); tile: scores a program holds (None: 8k packed, 16k not)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
@@ -158,8 +159,10 @@ def topn_triton(
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     use_packed = packed_default() if packed is None else packed
     # A program's tile near 16k fp32 scores, or 8k int64 keys (sm_90 under Triton 3.6 and
-    # 3.9: 16k keys spill 700-12,000 bytes; 8k none), at least 1 row.
-    tile = 8192 if use_packed else 16384
+    # 3.9: 16k keys spill 700-12,000 bytes; 8k none), at least 1 row. 16k fp32 scores spill
+    # too (3.6: 724 bytes at width 256, 72 at 1024; 8k: none); bench_nsa --variants times both.
+    if tile is None:
+        tile = 8192 if use_packed else 16384
     for t0, t_hi, width in bands:
         block_r = max(1, min(64, tile // width))
         if interpreting():
