@@ -4,7 +4,8 @@
     python benchmarks/sweep_nsa.py --kernel slc_dq slc_kv --seqs 65536 --jobs 12   # backward
 
 Kernels (``--kernel``): the forward's compressed branch ``cmp`` (``v2h``: attention, block
-scores, top-n) and selection ``slc`` (``v2``); the backward's ``slc_dq``, ``slc_kv``,
+scores, top-n), selection ``slc`` (``v2``) and window + combine ``win`` (v1) and ``win2``
+(v2); the backward's ``slc_dq``, ``slc_kv``,
 ``slc_fused`` (the dk+dv kernel adding dq too), ``slc_ds`` (the dq kernel reading the dS the
 dk+dv kernel stored: its configs, timed with the dk+dv kernel), ``cmp_dq``, ``cmp_kv``,
 ``win_dq``, ``win_kv`` (each timed through its launch function on the forward's saved tensors,
@@ -41,6 +42,7 @@ from kernels.nsa import compressed as cmp_mod  # noqa: E402
 from kernels.nsa import compressed_bwd as cmp_bwd  # noqa: E402
 from kernels.nsa import selection as slc_mod  # noqa: E402
 from kernels.nsa import selection_bwd as slc_bwd  # noqa: E402
+from kernels.nsa import window as win_mod  # noqa: E402
 from kernels.nsa import window_bwd as win_bwd  # noqa: E402
 from kernels.nsa._bwd_common import bwd_preprocess  # noqa: E402
 from kernels.nsa.attention import _split_fp16, branch_dtype, check_fast_args  # noqa: E402
@@ -143,6 +145,13 @@ KERNELS: dict[str, tuple[str, Any, list[tuple[dict[str, int], int, int]]]] = {
         _CMP_EXTRA,
     ),
     "slc": ("forward selection v2", slc_mod.nsa_selection_fwd_kernel_v2, _SLC_EXTRA),
+    # the window kernel's own list already spans its tiles; v1 and v2 share the kernel
+    "win": ("forward window + combine v1", win_mod.nsa_window_fwd_kernel, []),
+    "win2": (
+        "forward window + combine v2 (mask-free interior tiles)",
+        win_mod.nsa_window_fwd_kernel,
+        [],
+    ),
     "slc_dq": ("backward selection dq", slc_bwd.nsa_selection_bwd_dq_kernel, _SLC_DQ_EXTRA),
     "slc_kv": (
         "backward selection dk+dv (incl. the block → queries map)",
@@ -274,6 +283,18 @@ def call(
         ),
         "slc": (
             lambda: slc_mod.selection_triton_v2(q, k, v, p["idx"], cfg, scale, torch.empty, o_dt),
+            (),
+        ),
+        "win": (
+            lambda: win_mod.window_triton(
+                q, k, v, cfg.window, scale, combine=(p["o"][0], p["o"][1], gates)
+            ),
+            (),
+        ),
+        "win2": (
+            lambda: win_mod.window_triton(
+                q, k, v, cfg.window, scale, combine=(p["o"][0], p["o"][1], gates), split=True
+            ),
             (),
         ),
         "slc_dq": (
