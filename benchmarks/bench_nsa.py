@@ -58,7 +58,7 @@ from kernels.nsa.selection import (  # noqa: E402
     selection_triton_v2,
     union_blocks,
 )
-from kernels.nsa.topn import topn_triton  # noqa: E402
+from kernels.nsa.topn import TOPN_FORMS, topn_triton  # noqa: E402
 from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
 from kernels.nsa.window import WINDOW_IMPLS, window_triton  # noqa: E402
 
@@ -372,14 +372,10 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str], win: list[str]
         sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         plain = topn_triton(sa, sb, t, HKV, cfg, banded=False, packed=False)
-        for banded, packed, tile, row in (
-            (False, False, None, "top-n alone (incl. sort)"),
-            (True, False, None, "top-n alone, banded"),
-            (True, False, 8192, "top-n alone, banded, 8k scores a program"),
-            (True, False, 4096, "top-n alone, banded, 4k scores a program"),
-            (True, True, None, "top-n alone, banded, packed keys (8k)"),
-            (True, True, 4096, "top-n alone, banded, packed keys (4k)"),
-        ):
+        forms = [(False, "float16k", "top-n alone (incl. sort)")]
+        forms += [(True, f, f"top-n alone, banded, {f}") for f in TOPN_FORMS]
+        for banded, form, row in forms:
+            packed, tile = TOPN_FORMS[form]
             kw = {"banded": banded, "packed": packed, "tile": tile}
             ms = timed(row, t, lambda kw=kw: topn_triton(sa, sb, t, HKV, cfg, **kw), None)
             check = ""

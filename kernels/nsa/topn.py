@@ -14,10 +14,11 @@ wide instead of 1024, and a band's narrower rows go more to a program. The picks
 either way (tested). On the H200 the banded launch took 0.83 of the unbanded one's time at
 64k and 0.72 at 16k (run 37), so it is the default (``BANDED``).
 
-``PACKED`` (opt-in until timed on the H200: ``KGRADE_NSA_TOPN=packed``) folds each round's two
-reductions into one: a block's score, made an order-preserving int32, goes into the high half
-of an int64 key and ``BLOCK_TS − j`` into the low half, so the largest key is the largest score
-at its smallest index, and its low half names the pick. The picks are identical (tested).
+``PACKED`` folds each round's two reductions into one: a block's score, made an
+order-preserving int32, goes into the high half of an int64 key and ``BLOCK_TS − j`` into the
+low half, so the largest key is the largest score at its smallest index, and its low half
+names the pick. The picks are identical (tested). It and smaller tiles are opt-in forms
+(``TOPN_FORMS``, ``KGRADE_NSA_TOPN``) until timed on the H200.
 """
 
 from __future__ import annotations
@@ -36,10 +37,25 @@ from kernels.nsa.config import NSAConfig
 BANDED = True
 
 
-def packed_default() -> bool:
-    """Whether ``topn_triton`` runs the one-reduction rounds (``PACKED``) by default: set
-    ``KGRADE_NSA_TOPN=packed`` (read at each call, so a benchmark can switch it)."""
-    return os.environ.get("KGRADE_NSA_TOPN", "") == "packed"
+#: The kernel's forms: (packed keys, scores a program holds). float16k is the default
+#: measured on the H200; the others are opt-in until timed (``KGRADE_NSA_TOPN=<name>``).
+TOPN_FORMS: dict[str, tuple[bool, int]] = {
+    "float16k": (False, 16384),
+    "float8k": (False, 8192),
+    "float4k": (False, 4096),
+    "packed8k": (True, 8192),
+    "packed4k": (True, 4096),
+}
+DEFAULT_TOPN_FORM = "float16k"
+
+
+def topn_form() -> tuple[bool, int]:
+    """(packed, tile) of the form ``KGRADE_NSA_TOPN`` names (read at each call, so a
+    benchmark can switch it), else ``DEFAULT_TOPN_FORM``'s."""
+    name = os.environ.get("KGRADE_NSA_TOPN", "") or DEFAULT_TOPN_FORM
+    if name not in TOPN_FORMS:
+        raise ValueError(f"KGRADE_NSA_TOPN={name!r}: use one of {', '.join(TOPN_FORMS)}")
+    return TOPN_FORMS[name]
 
 
 @triton.jit
@@ -150,19 +166,21 @@ def topn_triton(
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
     (written in that order by the kernel: no sort on the host). banded: launch the rows in
-    bands of their width (None: ``BANDED``); packed: one reduction a round (None:
-    ``packed_default()``); tile: scores a program holds (None: 8k packed, 16k not)."""
+    bands of their width (None: ``BANDED``); packed: one reduction a round; tile: scores a
+    program holds (None: ``topn_form()``'s; a tile alone with packed: 8k packed, 16k not)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
     use_bands = BANDED if banded is None else banded
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
-    use_packed = packed_default() if packed is None else packed
-    # A program's tile near 16k fp32 scores, or 8k int64 keys (sm_90 under Triton 3.6 and
-    # 3.9: 16k keys spill 700-12,000 bytes; 8k none), at least 1 row. 16k fp32 scores spill
-    # too (3.6: 724 bytes at width 256, 72 at 1024; 8k: none); bench_nsa --variants times both.
-    if tile is None:
-        tile = 8192 if use_packed else 16384
+    # A program's tile (sm_90: 16k int64 keys spill 700-12,000 bytes under Triton 3.6 and
+    # 3.9, 8k none; 16k fp32 scores 724 bytes at width 256 under 3.6, 8k none), ≥ 1 row.
+    if packed is None and tile is None:
+        use_packed, tile = topn_form()
+    else:
+        use_packed = bool(packed)
+        if tile is None:
+            tile = 8192 if use_packed else 16384
     for t0, t_hi, width in bands:
         block_r = max(1, min(64, tile // width))
         if interpreting():
@@ -211,4 +229,4 @@ def _bands(t: int, ts: int, sel_block: int) -> list[tuple[int, int, int]]:
     return bands
 
 
-__all__ = ["nsa_topn_kernel", "packed_default", "topn_triton"]
+__all__ = ["TOPN_FORMS", "nsa_topn_kernel", "topn_form", "topn_triton"]

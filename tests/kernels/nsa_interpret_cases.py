@@ -21,7 +21,7 @@ from kernels.nsa.attention import _split_fp16
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
 from kernels.nsa.selection import SELECTION_IMPLS
-from kernels.nsa.topn import topn_triton
+from kernels.nsa.topn import TOPN_FORMS, topn_form, topn_triton
 from kernels.nsa.torch_path import compressed_torch
 from kernels.nsa.window import window_triton
 from tests.kernels.test_nsa_utils import (
@@ -541,6 +541,27 @@ def test_topn_kernel_bands_match_an_oracle(
     want = _topn_oracle(sa, sb, t, cfg)
     bad = (got != want).any(-1).nonzero().tolist()
     assert not bad, f"{len(bad)} rows differ, first {bad[:3]}"
+
+
+@pytest.mark.parametrize("form", list(TOPN_FORMS))
+def test_topn_forms_through_the_environment(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """Each form KGRADE_NSA_TOPN names is the one topn_triton runs (as nsa_attention calls
+    it, with neither packed nor tile given), and picks what the oracle picks; a name that is
+    not a form is refused with the list of forms."""
+    cfg = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=4, sel_count=5, sel_local=1)
+    t = 120
+    ts = -(-t // cfg.sel_block)
+    gen = torch.Generator().manual_seed(9)
+    sa = torch.randint(0, 4, (1, 1, t, ts), generator=gen).float() / 4
+    sb = torch.randint(0, 4, (1, 1, t, ts), generator=gen).float() / 8
+    written = _own_block_written(t, ts, cfg)
+    sa, sb = (torch.where(written, x, float("nan")) for x in (sa, sb))
+    monkeypatch.setenv("KGRADE_NSA_TOPN", form)
+    assert topn_form() == TOPN_FORMS[form]
+    assert torch.equal(topn_triton(sa, sb, t, 1, cfg), _topn_oracle(sa, sb, t, cfg))
+    monkeypatch.setenv("KGRADE_NSA_TOPN", "packed")
+    with pytest.raises(ValueError, match="packed8k"):
+        topn_triton(sa, sb, t, 1, cfg)
 
 
 def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
