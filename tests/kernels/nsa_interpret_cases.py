@@ -446,6 +446,24 @@ def test_window_v2_mask_free_interior_matches_v1_and_naive(
     assert_matches(out, aux, ref_out, ref_aux, dtype)
 
 
+def test_window_v2_trains_as_v1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training through window v2 (its kernel also writes o_win for the backward): the
+    output and every gradient as with v1. Window 100 at G = 2: a program's band has
+    lower-edge, mask-free and causal-edge tiles."""
+    cfg = replace(FINE, window=100)
+    q, k, v, g = make_inputs(1, 130, 2, 1, 16, torch.float32, seed=13)
+    got = {}
+    for name in ("v1", "v2"):
+        monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", name)
+        xs = [x.clone().requires_grad_(True) for x in (q, k, v, g)]
+        o = nsa_attention(*xs, cfg)
+        o.backward(torch.ones_like(o))
+        got[name] = (o.detach(), *(x.grad for x in xs))
+    for a, b in zip(got["v1"], got["v2"], strict=True):
+        assert a is not None and b is not None and not b.isnan().any()
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
 def test_fp16_compressed_storage_keeps_fp32_logits(
     monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig
