@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -81,26 +83,38 @@ def parse_picks(log: str, t: int, allowed: dict[str, set[str]]) -> Picks:
 
 
 def step(title: str, cmd: list[str], timeout: int, env: dict[str, str] | None = None) -> str:
-    """Run ``cmd`` from the repository root, echo its output, return it ("" when cut)."""
+    """Run ``cmd`` from the repository root, its output echoed line by line as it comes (a
+    device call cut short still shows how far a step got), killed with its children after
+    ``timeout`` s; returns the output."""
     print(f"\n== {time.strftime('%H:%M:%S')} {title}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    try:
-        p = subprocess.run(
-            cmd,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-        out = p.stdout + p.stderr
-        status = f"exit {p.returncode}"
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        status = f"CUT after {timeout} s"
-    print(out.rstrip()[-6000:], flush=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        start_new_session=True,  # its own process group: the timeout kills its children too
+    )
+    cut = threading.Event()
+
+    def kill() -> None:
+        cut.set()
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        lines.append(line)
+    proc.wait()
+    timer.cancel()
+    status = f"CUT after {timeout} s" if cut.is_set() else f"exit {proc.returncode}"
     print(f"== {title}: {status}, {time.time() - t0:.0f} s", flush=True)
-    return out
+    return "".join(lines)
 
 
 def passed(out: str) -> bool:

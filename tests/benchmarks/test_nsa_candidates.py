@@ -65,3 +65,23 @@ def test_passed_reads_pytest_summary_lines() -> None:
     assert not passed("1 passed, 1 error in 9.0s")
     assert not passed("5 skipped, 80 deselected in 0.5s")  # no CUDA: nothing was checked
     assert not passed("")
+
+
+def test_step_echoes_returns_and_cuts_a_step_with_its_children(capsys) -> None:  # noqa: ANN001
+    import sys
+    import time
+
+    from benchmarks.nsa_candidates import step
+
+    out = step("echo", [sys.executable, "-c", "print('one'); print('two')"], 30)
+    assert out.splitlines() == ["one", "two"]
+    assert "exit 0" in capsys.readouterr().out
+    t0 = time.time()
+    # a child that would outlive its parent: the whole group goes at the timeout
+    code = "import subprocess, sys, time; print('started', flush=True); "
+    code += (
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    )
+    out = step("slow", [sys.executable, "-c", code], 2)
+    assert out.strip() == "started" and time.time() - t0 < 20
+    assert "CUT after 2 s" in capsys.readouterr().out
