@@ -371,12 +371,11 @@ def run_variants(seqs: list[int], sel: list[str], cmp: list[str], win: list[str]
         ts = -(-t // cfg.sel_block)
         sa = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
         sb = torch.rand(B, HKV, t, ts, device="cuda", generator=gen)
-        plain = topn_triton(sa, sb, t, HKV, cfg, banded=False, packed=False)
+        plain = topn_triton(sa, sb, t, HKV, cfg, banded=False, form="float16k")
         forms = [(False, "float16k", "top-n alone (incl. sort)")]
         forms += [(True, f, f"top-n alone, banded, {f}") for f in TOPN_FORMS]
         for banded, form, row in forms:
-            packed, tile = TOPN_FORMS[form]
-            kw = {"banded": banded, "packed": packed, "tile": tile}
+            kw = {"banded": banded, "form": form}
             ms = timed(row, t, lambda kw=kw: topn_triton(sa, sb, t, HKV, cfg, **kw), None)
             check = ""
             if banded:

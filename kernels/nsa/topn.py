@@ -49,10 +49,10 @@ TOPN_FORMS: dict[str, tuple[bool, int]] = {
 DEFAULT_TOPN_FORM = "float16k"
 
 
-def topn_form() -> tuple[bool, int]:
-    """(packed, tile) of the form ``KGRADE_NSA_TOPN`` names (read at each call, so a
-    benchmark can switch it), else ``DEFAULT_TOPN_FORM``'s."""
-    name = os.environ.get("KGRADE_NSA_TOPN", "") or DEFAULT_TOPN_FORM
+def topn_form(name: str | None = None) -> tuple[bool, int]:
+    """(packed, tile) of the form ``name``, else of the one ``KGRADE_NSA_TOPN`` names (read at
+    each call, so a benchmark can switch it), else ``DEFAULT_TOPN_FORM``'s."""
+    name = name or os.environ.get("KGRADE_NSA_TOPN", "") or DEFAULT_TOPN_FORM
     if name not in TOPN_FORMS:
         raise ValueError(f"KGRADE_NSA_TOPN={name!r}: use one of {', '.join(TOPN_FORMS)}")
     return TOPN_FORMS[name]
@@ -161,13 +161,12 @@ def topn_triton(
     cfg: NSAConfig,
     alloc: object = torch.empty,
     banded: bool | None = None,
-    packed: bool | None = None,
-    tile: int | None = None,
+    form: str | None = None,
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
     (written in that order by the kernel: no sort on the host). banded: launch the rows in
-    bands of their width (None: ``BANDED``); packed: one reduction a round; tile: scores a
-    program holds (None: ``topn_form()``'s; a tile alone with packed: 8k packed, 16k not)."""
+    bands of their width (None: ``BANDED``); form: one of ``TOPN_FORMS`` (None: as
+    ``topn_form()`` picks it)."""
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
@@ -175,12 +174,7 @@ def topn_triton(
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     # A program's tile (sm_90: 16k int64 keys spill 700-12,000 bytes under Triton 3.6 and
     # 3.9, 8k none; 16k fp32 scores 724 bytes at width 256 under 3.6, 8k none), ≥ 1 row.
-    if packed is None and tile is None:
-        use_packed, tile = topn_form()
-    else:
-        use_packed = bool(packed)
-        if tile is None:
-            tile = 8192 if use_packed else 16384
+    use_packed, tile = topn_form(form)
     for t0, t_hi, width in bands:
         block_r = max(1, min(64, tile // width))
         if interpreting():

@@ -111,14 +111,14 @@ def test_triton_planted_scores_stage1() -> None:
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
 
 
-@pytest.mark.parametrize("packed", [False, True])
-def test_topn_kernel_ties_to_smaller_index(packed: bool) -> None:
+@pytest.mark.parametrize("form", ["float16k", "packed8k"])
+def test_topn_kernel_ties_to_smaller_index(form: str) -> None:
     """Equal scores everywhere: the kernel must pick forced blocks, then the smallest ones."""
     cfg = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=3, sel_local=1)
     t, ts = 100, 7
     sa = torch.ones(1, 1, t, ts)
     sb = torch.zeros(1, 1, t, ts)
-    idx = topn_triton(sa, sb, t, 1, cfg, packed=packed)
+    idx = topn_triton(sa, sb, t, 1, cfg, form=form)
     for pos in (0, 15, 16, 40, 99):
         cur = pos // 16
         want = sorted({0, cur} | ({1} if cur >= 2 else set()))
@@ -528,7 +528,7 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     return out
 
 
-@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("form", ["float16k", "packed8k"])
 @pytest.mark.parametrize("banded", [True, False])
 @pytest.mark.parametrize(
     ("init", "local", "n"),
@@ -537,7 +537,7 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     [(1, 2, 5), (2, 2, 6), (2, 3, 5), (1, 0, 4)],
 )
 def test_topn_kernel_bands_match_an_oracle(
-    banded: bool, packed: bool, init: int, local: int, n: int
+    banded: bool, form: str, init: int, local: int, n: int
 ) -> None:
     """300 positions with l′ = 4: four bands of widths 16, 32, 64 and 128 (``topn._bands``),
     or one launch 128 wide; scores drawn from 4 values so ties are everywhere; every row
@@ -555,7 +555,7 @@ def test_topn_kernel_bands_match_an_oracle(
     written = _own_block_written(t, ts, cfg)
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
-    got = topn_triton(sa, sb, t, hkv, cfg, banded=banded, packed=packed)
+    got = topn_triton(sa, sb, t, hkv, cfg, banded=banded, form=form)
     want = _topn_oracle(sa, sb, t, cfg)
     bad = (got != want).any(-1).nonzero().tolist()
     assert not bad, f"{len(bad)} rows differ, first {bad[:3]}"
@@ -597,10 +597,10 @@ def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
     want = _topn_oracle(sa, sb, t, cfg)
-    for packed in (False, True):
-        got = topn_triton(sa, sb, t, 1, cfg, packed=packed)
+    for form in ("float16k", "packed8k"):
+        got = topn_triton(sa, sb, t, 1, cfg, form=form)
         bad = (got != want).any(-1).nonzero().tolist()
-        assert not bad, f"packed={packed}: {len(bad)} rows differ, first {bad[:3]}"
+        assert not bad, f"{form}: {len(bad)} rows differ, first {bad[:3]}"
 
 
 @pytest.mark.parametrize("sel_variant", ["v1", "v2"])  # v3 is v2's kernel

@@ -275,8 +275,8 @@ def test_gpu_topn_packed_keys_pick_what_the_float_rounds_pick(t: int) -> None:
         sb = torch.rand(1, 4, t, ts, device="cuda", generator=gen)
         if levels is not None:  # ties everywhere: the smaller index must win in both
             sa, sb = (x.mul(levels).floor() for x in (sa, sb))
-        want = topn_triton(sa, sb, t, 4, PAPER, packed=False)
-        got = topn_triton(sa, sb, t, 4, PAPER, packed=True)
+        want = topn_triton(sa, sb, t, 4, PAPER, form="float16k")
+        got = topn_triton(sa, sb, t, 4, PAPER, form="packed8k")
         assert torch.equal(got, want), (got != want).any(-1).sum().item()
 
 
