@@ -434,11 +434,16 @@ def test_window_v2_mask_free_interior_matches_v1_and_naive(
     q, k, v, g = make_inputs(1, t, hq, hkv, 16, dtype, seed=t)
     scale = 16**-0.5
     alloc = nsa_attention_mod._alloc
-    for kw in ({}, {"combine": (torch.randn(q.shape), torch.randn(q.shape), g)}):
+    gen = torch.Generator().manual_seed(t)
+    o_cmp, o_slc = (torch.randn(q.shape, generator=gen) for _ in range(2))
+    for kw in ({}, {"combine": (o_cmp, o_slc, g)}):
         o1, lse1 = window_triton(q, k, v, cfg.window, scale, alloc=alloc, **kw)
         o2, lse2 = window_triton(q, k, v, cfg.window, scale, alloc=alloc, split=True, **kw)
         assert not o2.isnan().any() and not lse2.isnan().any()
-        assert torch.allclose(o2.float(), o1.float(), rtol=1e-5, atol=1e-5)
+        # v2 sums the combine's terms in another order: its fp32 result may round to the
+        # neighbouring bf16 value (CI drew such inputs), so a bf16 store may differ by one ulp
+        rtol = 1e-5 if dtype == torch.float32 else 2.0**-7
+        assert torch.allclose(o2.float(), o1.float(), rtol=rtol, atol=1e-5)
         assert torch.allclose(lse2, lse1, rtol=1e-6, atol=1e-6)
     monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "v2")
     out, aux = nsa_attention(q, k, v, g, cfg, return_aux=True)
