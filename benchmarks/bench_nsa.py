@@ -123,9 +123,10 @@ def run_one(t: int, use_flex: bool) -> list[tuple[str, float, float | None]]:
     cmp_fn = COMPRESSED_IMPLS[nsa_mod.variant("compressed")]
     slc_fn = SELECTION_IMPLS[nsa_mod.variant("selection")]
     o_dt = nsa_mod.branch_dtype(kc.dtype)
+    form = nsa_mod.variant("topn")
     attempt(
         "nsa cmp attn+scores+top-n",
-        lambda: cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dt),
+        lambda: cmp_fn(q, kc, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dt, topn_form=form),
         fl["cmp"],
     )
     attempt(

@@ -17,6 +17,7 @@ from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.config import NSAAux, NSAConfig
 from kernels.nsa.selection import SELECTION_IMPLS
 from kernels.nsa.selection_bwd import DQ_PATHS
+from kernels.nsa.topn import DEFAULT_TOPN_FORM, TOPN_FORMS
 from kernels.nsa.torch_path import (
     compress_mean_fast,
     compressed_torch,
@@ -40,6 +41,7 @@ VARIANTS: dict[str, str | None] = {
     "compressed": None,
     "selection_dq": None,
     "window": None,
+    "topn": None,
 }
 # Measured fastest on one H200 (bench_nsa.py --variants, 2026-12-01, paper config, 64k):
 # selection v2 15.9 ms against v1's 22.8; compressed v2h 27.6 ms against v1's 57.6 and v2's
@@ -54,24 +56,33 @@ VARIANTS: dict[str, str | None] = {
 # compressed g2p (v2h's algorithm in Gluon, Hopper only; v2h wherever it cannot run): 20.50 ms
 # against v2h's 25.42, the whole forward 39.33 against 43.36; window g1 (Gluon) 5.30 against
 # v1's 4.47, so v1 stays (run 82, 2026-12-05, 64k, one H200, paper config).
-DEFAULT_VARIANTS = {"selection": "v2", "compressed": "g2p", "selection_dq": "ds", "window": "v1"}
+# topn: the compressed branch's top-n kernel, one of topn.TOPN_FORMS.
+DEFAULT_VARIANTS = {
+    "selection": "v2",
+    "compressed": "g2p",
+    "selection_dq": "ds",
+    "window": "v1",
+    "topn": DEFAULT_TOPN_FORM,
+}
 _VARIANT_ENV = {
     "selection": "KGRADE_NSA_SELECTION",
     "compressed": "KGRADE_NSA_COMPRESSED",
     "selection_dq": "KGRADE_NSA_SELECTION_DQ",
     "window": "KGRADE_NSA_WINDOW",
+    "topn": "KGRADE_NSA_TOPN",
 }
 _VARIANT_IMPLS: dict[str, dict[str, object]] = {
     "selection": SELECTION_IMPLS,  # type: ignore[dict-item]
     "compressed": COMPRESSED_IMPLS,  # type: ignore[dict-item]
     "selection_dq": {name: name for name in DQ_PATHS},
     "window": WINDOW_IMPLS,  # type: ignore[dict-item]
+    "topn": TOPN_FORMS,  # type: ignore[dict-item]
 }
 
 
 def variant(branch: str) -> str:
     """The active variant name of ``branch`` ("selection", "compressed", "selection_dq",
-    "window")."""
+    "window", "topn")."""
     name = VARIANTS[branch] or os.environ.get(_VARIANT_ENV[branch], "") or DEFAULT_VARIANTS[branch]
     if name not in _VARIANT_IMPLS[branch]:
         raise ValueError(
@@ -307,8 +318,9 @@ def compressed_branch(
         compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
         kc_hi, kc_lo = _split_fp16(kc) if split else (kc, None)
         o_cmp, lse_cmp, idx = compressed_fn(
-            q, kc_hi, vc, cfg, dims.scale, want, _alloc, kc_lo=kc_lo, out_dtype=o_dtype
-        )
+            q, kc_hi, vc, cfg, dims.scale, want, _alloc,
+            kc_lo=kc_lo, out_dtype=o_dtype, topn_form=variant("topn"),
+        )  # fmt: skip
     else:
         # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
         # k̃ is still fp32 here

@@ -527,6 +527,9 @@ then take two fp16 dots and match fp32 ones to ≈ 2^-22 relative, which the top
 
 out_dtype: o's storage dtype, fp32 as the contract's, or fp16 where the caller knows the values
 fit (``attention.branch_dtype``): the fp32 result rounded once at the store.
+
+topn_form: the top-n kernel's form (``topn.TOPN_FORMS``; None: its default), as
+``attention.variant("topn")`` names it.
 """
 
 
@@ -542,9 +545,10 @@ def _variant(name: str) -> CompressedFn:
         *,
         kc_lo: torch.Tensor | None = None,
         out_dtype: torch.dtype = torch.float32,
+        topn_form: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         return _compressed_launch(
-            q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo, out_dtype
+            q, kc, vc, cfg, scale, want_indices, alloc, name, kc_lo, out_dtype, topn_form
         )
 
     run.__name__ = f"compressed_triton_{name}"
@@ -563,6 +567,7 @@ def _compressed_launch(
     variant: str,
     kc_lo: torch.Tensor | None = None,
     out_dtype: torch.dtype = torch.float32,
+    topn_form: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -643,7 +648,7 @@ def _compressed_launch(
     )
     if not want_indices:
         return o, lse, None
-    idx = topn_triton(sa, sb, t, hkv, cfg, alloc)
+    idx = topn_triton(sa, sb, t, hkv, cfg, alloc, form=topn_form)
     return o, lse, idx
 
 

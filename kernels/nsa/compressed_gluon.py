@@ -467,6 +467,7 @@ def compressed_gluon(
     stages: int = 3,
     pipe: bool = False,
     lo_fp8: bool = False,
+    topn_form: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -474,6 +475,7 @@ def compressed_gluon(
     power of two ≤ 64, and l′/d ≤ 16 (a 64-block tile holds whole selection blocks).
     ``lo_fp8``: the lo product in e4m3 (q and k̃'s lo part each under a power-of-two scale),
     at twice the fp16 rate; logits within ≈ 2^-15 instead of ≈ 2^-22.
+    ``topn_form``: the top-n kernel's form (``topn.TOPN_FORMS``; None: its default).
     """
     why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
     if why is not None:
@@ -521,4 +523,4 @@ def compressed_gluon(
     )  # fmt: skip
     if not want_indices:
         return o, lse, None
-    return o, lse, topn_triton(sa, sb, t, hkv, cfg, alloc)
+    return o, lse, topn_triton(sa, sb, t, hkv, cfg, alloc, form=topn_form)

@@ -18,12 +18,10 @@ either way (tested). On the H200 the banded launch took 0.83 of the unbanded one
 order-preserving int32, goes into the high half of an int64 key and ``BLOCK_TS − j`` into the
 low half, so the largest key is the largest score at its smallest index, and its low half
 names the pick. The picks are identical (tested). It and smaller tiles are opt-in forms
-(``TOPN_FORMS``, ``KGRADE_NSA_TOPN``) until timed on the H200.
+(``TOPN_FORMS``; nsa_attention's variant "topn", ``KGRADE_NSA_TOPN``) until timed on the H200.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -38,7 +36,8 @@ BANDED = True
 
 
 #: The kernel's forms: (packed keys, scores a program holds). float16k is the default
-#: measured on the H200; the others are opt-in until timed (``KGRADE_NSA_TOPN=<name>``).
+#: measured on the H200; the others are opt-in until timed (nsa_attention takes the one its
+#: variant "topn" names: ``KGRADE_NSA_TOPN=<name>``).
 TOPN_FORMS: dict[str, tuple[bool, int]] = {
     "float16k": (False, 16384),
     "float8k": (False, 8192),
@@ -47,15 +46,6 @@ TOPN_FORMS: dict[str, tuple[bool, int]] = {
     "packed4k": (True, 4096),
 }
 DEFAULT_TOPN_FORM = "float16k"
-
-
-def topn_form(name: str | None = None) -> tuple[bool, int]:
-    """(packed, tile) of the form ``name``, else of the one ``KGRADE_NSA_TOPN`` names (read at
-    each call, so a benchmark can switch it), else ``DEFAULT_TOPN_FORM``'s."""
-    name = name or os.environ.get("KGRADE_NSA_TOPN", "") or DEFAULT_TOPN_FORM
-    if name not in TOPN_FORMS:
-        raise ValueError(f"KGRADE_NSA_TOPN={name!r}: use one of {', '.join(TOPN_FORMS)}")
-    return TOPN_FORMS[name]
 
 
 @triton.jit
@@ -165,8 +155,11 @@ def topn_triton(
 ) -> torch.Tensor:
     """Top-n from the banded score halves → [B, T, Hkv, n] int32 ascending, −1 padded
     (written in that order by the kernel: no sort on the host). banded: launch the rows in
-    bands of their width (None: ``BANDED``); form: one of ``TOPN_FORMS`` (None: as
-    ``topn_form()`` picks it)."""
+    bands of their width (None: ``BANDED``); form: one of ``TOPN_FORMS`` (None:
+    ``DEFAULT_TOPN_FORM``)."""
+    form = form or DEFAULT_TOPN_FORM
+    if form not in TOPN_FORMS:
+        raise ValueError(f"top-n form {form!r}: use one of {', '.join(TOPN_FORMS)}")
     b, ts = sa.shape[0], sa.shape[3]
     n = cfg.sel_count
     picks = alloc((b, t, hkv, n), dtype=torch.int32, device=sa.device)  # type: ignore[operator]
@@ -174,7 +167,7 @@ def topn_triton(
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     # A program's tile (sm_90: 16k int64 keys spill 700-12,000 bytes under Triton 3.6 and
     # 3.9, 8k none; 16k fp32 scores 724 bytes at width 256 under 3.6, 8k none), ≥ 1 row.
-    use_packed, tile = topn_form(form)
+    use_packed, tile = TOPN_FORMS[form]
     for t0, t_hi, width in bands:
         block_r = max(1, min(64, tile // width))
         if interpreting():
@@ -223,4 +216,4 @@ def _bands(t: int, ts: int, sel_block: int) -> list[tuple[int, int, int]]:
     return bands
 
 
-__all__ = ["TOPN_FORMS", "nsa_topn_kernel", "topn_form", "topn_triton"]
+__all__ = ["DEFAULT_TOPN_FORM", "TOPN_FORMS", "nsa_topn_kernel", "topn_triton"]

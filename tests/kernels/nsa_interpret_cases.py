@@ -21,7 +21,7 @@ from kernels.nsa.attention import _split_fp16
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
 from kernels.nsa.selection import SELECTION_IMPLS
-from kernels.nsa.topn import TOPN_FORMS, topn_form, topn_triton
+from kernels.nsa.topn import TOPN_FORMS, topn_triton
 from kernels.nsa.torch_path import compressed_torch
 from kernels.nsa.window import window_triton
 from tests.kernels.test_nsa_utils import (
@@ -568,9 +568,9 @@ def test_topn_kernel_bands_match_an_oracle(
 
 @pytest.mark.parametrize("form", list(TOPN_FORMS))
 def test_topn_forms_through_the_environment(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
-    """Each form KGRADE_NSA_TOPN names is the one topn_triton runs (as nsa_attention calls
-    it, with neither packed nor tile given), and picks what the oracle picks; a name that is
-    not a form is refused with the list of forms."""
+    """Each form KGRADE_NSA_TOPN names is the one nsa_attention's top-n runs (its variant
+    "topn", handed down through the compressed branch), and picks what the oracle picks; a
+    name that is not a form is refused with the list of forms."""
     cfg = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=4, sel_count=5, sel_local=1)
     t = 120
     ts = -(-t // cfg.sel_block)
@@ -580,11 +580,26 @@ def test_topn_forms_through_the_environment(monkeypatch: pytest.MonkeyPatch, for
     written = _own_block_written(t, ts, cfg)
     sa, sb = (torch.where(written, x, float("nan")) for x in (sa, sb))
     monkeypatch.setenv("KGRADE_NSA_TOPN", form)
-    assert topn_form() == TOPN_FORMS[form]
-    assert torch.equal(topn_triton(sa, sb, t, 1, cfg), _topn_oracle(sa, sb, t, cfg))
+    assert nsa_attention_mod.variant("topn") == form
+    seen: list[object] = []
+    topn = compressed_mod.topn_triton
+
+    def spy(*args: object, **kw: object) -> torch.Tensor:
+        seen.append(kw.get("form"))
+        return topn(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compressed_mod, "topn_triton", spy)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "compressed", "v2h")
+    q, k, v, g = make_inputs(1, 40, 2, 1, 16, torch.float32, seed=5)
+    nsa_attention(q, k, v, g, cfg)
+    assert seen == [form]
+    got = topn(sa, sb, t, 1, cfg, form=nsa_attention_mod.variant("topn"))
+    assert torch.equal(got, _topn_oracle(sa, sb, t, cfg))
     monkeypatch.setenv("KGRADE_NSA_TOPN", "packed")
     with pytest.raises(ValueError, match="packed8k"):
-        topn_triton(sa, sb, t, 1, cfg)
+        nsa_attention(q, k, v, g, cfg)
+    with pytest.raises(ValueError, match="packed8k"):
+        topn(sa, sb, t, 1, cfg, form="packed")
 
 
 def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
