@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = {"compressed": "g2p", "window": "v1", "topn": "float16k"}
+sys.path.insert(0, str(REPO))
+from kernels.nsa.attention import DEFAULT_VARIANTS  # noqa: E402
+
+DEFAULTS = {branch: DEFAULT_VARIANTS[branch] for branch in ("compressed", "window", "topn")}
 _TOTAL = re.compile(r"^\s*T=\s*(\d+) total fwd slc \S+ / cmp (\S+) / win (\S+)\s+([\d.]+) ms")
 _TOPN_ROW = re.compile(r"^\| top-n alone, banded, (\S+) \| (.*) \| ([^|]*) \|\s*$")
 
