@@ -11,7 +11,8 @@ it picks the compressed and window variants with the fastest whole forward and t
 form with the fastest kernel among those whose picks equal the plain kernel's.
 Phase 2 ("measure", with the picks in KGRADE_NSA_COMPRESSED, KGRADE_NSA_WINDOW and
 KGRADE_NSA_TOPN): g2p8's GPU tests if it was picked, ``bench_nsa.py --backward``, the side by
-side ``bench_nsa_others.py --backward`` (where ``third_party/`` was carried) and the NSA GPU
+side ``bench_nsa_others.py --backward`` (where ``third_party/`` was carried), the probe
+``nsa_overlap.py`` (do the compressed and selection kernels share the GPU?) and the NSA GPU
 suite. Each step runs with a timeout; a failed or cut step is reported and the rest go on.
 The chosen set is printed as the environment to make it the default with, not made so here.
 """
@@ -178,6 +179,8 @@ def main() -> None:
     if (REPO / "third_party").is_dir():
         others = [py, "benchmarks/bench_nsa_others.py", "--backward", "--seqs", "16384", "65536"]
         step("side by side", others, 360, env)
+    overlap = [py, "benchmarks/nsa_overlap.py", "--seqs", "65536", "--rounds", "10"]
+    step("branch overlap probe", overlap, 150, env)
     step("NSA GPU suite", [*gpu, nsa_tests, "-k", "not variants"], 420, env)
 
 

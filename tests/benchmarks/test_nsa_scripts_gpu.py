@@ -49,3 +49,12 @@ def test_nsa_bwd_overlap_runs() -> None:
     out = _run(["benchmarks/nsa_bwd_overlap.py", "--rounds", "3", *SMALL])
     assert "| 2048 | serial |" in out and "| 2048 | side |" in out
     assert "dgates: side vs serial max abs 0.000e+00" in out  # no atomics on dgates' way
+
+
+def test_nsa_overlap_runs() -> None:
+    # the script itself asserts the two-stream outputs equal the serial ones
+    out = _run(["benchmarks/nsa_overlap.py", "--rounds", "3", *SMALL])
+    for mode in ("serial (cmp then slc, one stream)", "cmp alone", "slc alone"):
+        assert f"| 2048 | {mode} |" in out
+    assert out.count("| 2048 | two streams") == 3
+    assert "best two-stream run" in out
