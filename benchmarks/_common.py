@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -85,6 +86,30 @@ def nsa_shape_args(ap: argparse.ArgumentParser, seqs: list[int]) -> None:
     ap.add_argument("--hq", type=int, default=64, help="query heads")
     ap.add_argument("--hkv", type=int, default=4, help="KV heads")
     ap.add_argument("--dim", type=int, default=128, help="head dim")
+
+
+def round_robin_args(doc: str, seqs: list[int]) -> argparse.Namespace:
+    """The options of a script that times modes round-robin on CUDA streams (the shape options
+    and --rounds), parsed; exits with a clear message without CUDA."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    nsa_shape_args(ap, seqs)
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("needs CUDA: streams exist only there")
+    return args
+
+
+def spread(xs: list[float], digits: int = 2) -> str:
+    """Round-robin samples as "median (p10-p90)"."""
+    s = sorted(xs)
+    p10, p90 = s[len(s) // 10], s[(9 * len(s)) // 10]
+    return f"{statistics.median(s):.{digits}f} ({p10:.{digits}f}-{p90:.{digits}f})"
+
+
+def paired_median(xs: list[float], base: list[float]) -> float:
+    """The median of round i's ratio xs[i] / base[i]: clock drift between rounds cancels."""
+    return statistics.median(a / b for a, b in zip(xs, base, strict=True))
 
 
 def nsa_inputs(

@@ -19,9 +19,7 @@ forward at 64k, 1.014 at 16k), so they stay on the caller's stream.
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,7 +29,14 @@ os.environ.setdefault("NSA_AUTOTUNE", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.nsa.backward as backward  # noqa: E402
-from benchmarks._common import commit, diff, nsa_inputs, nsa_shape_args  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    commit,
+    diff,
+    nsa_inputs,
+    paired_median,
+    round_robin_args,
+    spread,
+)
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
 MODES = {"serial": False, "side": True}
@@ -42,12 +47,7 @@ def _use(mode: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    nsa_shape_args(ap, [16384, 65536])
-    ap.add_argument("--rounds", type=int, default=15)
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("needs CUDA: streams exist only there")
+    args = round_robin_args(__doc__, [16384, 65536])
     cfg = NSAConfig()
     print(
         f"# nsa_bwd_overlap.py, commit {commit()}, {torch.cuda.get_device_name()}, "
@@ -104,10 +104,7 @@ def one(t: int, hq: int, hkv: int, dim: int, rounds: int, cfg: NSAConfig) -> Non
     _use("side")
 
     def cell(xs: list[float], base: list[float]) -> str:
-        s = sorted(xs)
-        p10, p90 = s[len(s) // 10], s[(9 * len(s)) // 10]
-        paired = statistics.median(a / b for a, b in zip(xs, base, strict=True))
-        return f"{statistics.median(s):.2f} ({p10:.2f}-{p90:.2f}) | {paired:.4f}"
+        return f"{spread(xs)} | {paired_median(xs, base):.4f}"
 
     for mode in MODES:
         print(f"| {t} | {mode} | {cell(fw[mode], fw['serial'])} | {cell(fb[mode], fb['serial'])} |")

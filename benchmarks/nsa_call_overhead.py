@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.nsa.attention as attention  # noqa: E402
 import kernels.nsa.validate as validate  # noqa: E402
-from benchmarks._common import commit  # noqa: E402
+from benchmarks._common import commit, paired_median, spread  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 
 _CHECKS, _FAST_ARGS = validate.ValueChecks, attention.check_fast_args
@@ -113,11 +113,9 @@ def main() -> None:
     )
     print("|---|---|---|---|")
     for name in MODES:
-        xs = sorted(ev[name])
-        p10, p90 = xs[len(xs) // 10], xs[(9 * len(xs)) // 10]
-        paired = statistics.median(a / b for a, b in zip(ev[name], ev["none"], strict=True))
+        paired = paired_median(ev[name], ev["none"])
         print(
-            f"| {name} | {statistics.median(xs):.3f} ({p10:.3f}-{p90:.3f}) "
+            f"| {name} | {spread(ev[name], 3)} "
             f"| {statistics.median(wall[name]):.3f} | {paired:.4f} |"
         )
 

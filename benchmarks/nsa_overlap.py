@@ -20,7 +20,6 @@ first one's grid to drain (the block scheduler fills the SMs in launch order).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -32,7 +31,13 @@ import torch
 os.environ.setdefault("NSA_AUTOTUNE", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import commit, nsa_inputs, nsa_shape_args  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    commit,
+    nsa_inputs,
+    paired_median,
+    round_robin_args,
+    spread,
+)
 from kernels.nsa import NSAConfig  # noqa: E402
 from kernels.nsa.attention import (  # noqa: E402
     COMPRESSED_IMPLS,
@@ -47,12 +52,7 @@ Outs = tuple[torch.Tensor, ...]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    nsa_shape_args(ap, [16384, 65536])
-    ap.add_argument("--rounds", type=int, default=15)
-    args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("needs CUDA: streams exist only there")
+    args = round_robin_args(__doc__, [16384, 65536])
     cfg = NSAConfig()
     names = {b: variant(b) for b in ("compressed", "selection", "topn")}
     print(
@@ -143,11 +143,8 @@ def one(t: int, hq: int, hkv: int, dim: int, rounds: int, cfg: NSAConfig) -> Non
             times[name].append(e0.elapsed_time(e1))
 
     for name in modes:
-        xs, base = times[name], times[serial]
-        s = sorted(xs)
-        p10, p90 = s[len(s) // 10], s[(9 * len(s)) // 10]
-        paired = statistics.median(a / b for a, b in zip(xs, base, strict=True))
-        print(f"| {t} | {name} | {statistics.median(s):.2f} ({p10:.2f}-{p90:.2f}) | {paired:.4f} |")
+        paired = paired_median(times[name], times[serial])
+        print(f"| {t} | {name} | {spread(times[name])} | {paired:.4f} |")
     alone = statistics.median(times["cmp alone"]) + statistics.median(times["slc alone"])
     best = min(statistics.median(times[m]) for m in modes if m.startswith("two streams"))
     print(f"# T {t}: cmp alone + slc alone {alone:.2f} ms; best two-stream run {best:.2f} ms")
