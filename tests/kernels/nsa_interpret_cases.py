@@ -111,7 +111,7 @@ def test_triton_planted_scores_stage1() -> None:
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
 
 
-@pytest.mark.parametrize("form", ["float16k", "packed8k"])
+@pytest.mark.parametrize("form", ["float4k", "float16k", "packed8k"])
 def test_topn_kernel_ties_to_smaller_index(form: str) -> None:
     """Equal scores everywhere: the kernel must pick forced blocks, then the smallest ones."""
     cfg = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=3, sel_local=1)
@@ -383,7 +383,7 @@ def test_gluon_variants_without_gluon_warn_once_and_fall_back(
 def test_gluon_variants_on_the_cpu_never_import_gluon(
     monkeypatch: pytest.MonkeyPatch, use_variants, module: str
 ) -> None:
-    """Off a Hopper GPU a Gluon variant (g2p is the default) goes straight to its Triton
+    """Off a Hopper GPU a Gluon variant (g2p8 is the default) goes straight to its Triton
     kernel: no import, so a Triton without Gluon neither warns nor turns the kernel off for a
     later GPU call in the same process."""
     import sys
@@ -533,7 +533,7 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     return out
 
 
-@pytest.mark.parametrize("form", ["float16k", "packed8k"])
+@pytest.mark.parametrize("form", ["float4k", "float16k", "packed8k"])
 @pytest.mark.parametrize("banded", [True, False])
 @pytest.mark.parametrize(
     ("init", "local", "n"),
@@ -617,7 +617,7 @@ def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
     want = _topn_oracle(sa, sb, t, cfg)
-    for form in ("float16k", "packed8k"):
+    for form in ("float4k", "float16k", "packed8k"):
         got = topn_triton(sa, sb, t, 1, cfg, form=form)
         bad = (got != want).any(-1).nonzero().tolist()
         assert not bad, f"{form}: {len(bad)} rows differ, first {bad[:3]}"
