@@ -1,9 +1,10 @@
 """Compressed branch forward (variant v2h's algorithm) in Gluon, for Hopper.
 
 The default compressed branch (variant g2p from run 82, g2p8 from run 86). g2p: attention +
-block scores + top-n in 20.50 ms against v2h's 25.42, the whole forward 39.33 ms against 43.36,
-its top-n 99.997 % equal to v1's as v2h's is (run 82, 2026-12-05, one H200, paper config, 64k). It compiles for sm_90
-with Triton 3.6 and 3.9 in CI (``tests/kernels/test_gluon_compile.py``); its GPU tests are
+block scores + top-n in 20.50 ms against v2h's 25.42, the whole forward 39.33 ms against
+43.36, its top-n 99.997 % equal to v1's as v2h's is (run 82, 2026-12-05, one H200, paper
+config, 64k). It compiles for sm_90 with Triton 3.6 and 3.9 in CI
+(``tests/kernels/test_gluon_compile.py``); its GPU tests are
 ``tests/kernels/test_gpu_nsa_gluon.py`` (68 passed, run 81).
 
 Same outputs as ``compressed.nsa_compressed_fwd_kernel_v2`` with ``LSE_HI`` and ``KC_SPLIT``
@@ -26,11 +27,11 @@ Triton, 0.99-1.11 in Gluon):
   overlap each other;
 * with ``LO_FP8`` (variant g2p8, the default: the whole forward 0.976 and 0.987 of g2p's
   in two side-by-side runs, its top-n 99.990 % equal to v1's; run 86, one H100, 64k) pass
-  2's q·k̃_lo product runs in e4m3 at twice the fp16 rate, q and the lo part each under a power-of-two scale (per row for q, per tensor for the lo part), into an
-  accumulator of its own that is scaled back and added. The logits then hold ≈ 2^-15 of a
-  logit's scale instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the
-  top-n that keeps (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the
-  fp16 split). Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3.
+  2's q·k̃_lo product runs in e4m3 at twice the fp16 rate, q and the lo part each under a
+  power-of-two scale (per row for q, per tensor for the lo part), into an accumulator of its
+  own that is scaled back and added. The logits then hold ≈ 2^-15 of a logit's scale
+  instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
+  (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split). Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from tests.kernels.test_nsa_utils import (
     MID,
     assert_lse_close,
     assert_matches,
+    assert_rounds_alike,
     err_ratio,
     make_inputs,
     planted_inputs,
@@ -248,11 +249,10 @@ def test_gpu_window_v2_matches_v1_and_reference(
     v2 runs v1's tiles in v1's order, but where no mask stands between the scaling of QKᵀ and
     the subtraction of the row max the compiler may fuse them into one FMA, so p can differ
     from v1's in its last fp32 bit. Run 86 (H100) saw that: a bf16 output 1.58e-5 from v1's
-    in relative RMS, over the 1e-5 this test first asked for. So a 16-bit output may differ
-    from v1's by at most its dtype's eps times its magnitude (a unit or two in the last
-    place), no more; an fp32 output and the lse (fp32, where one key more or less in a row's
-    window moves it by far more) must still agree to 1e-5. (Not yet re-run on a GPU since
-    this change.)"""
+    in relative RMS, over the 1e-5 this test first asked for. So the outputs need only round
+    alike (``assert_rounds_alike``, as the interpreter's test asks); the lse (fp32, where one
+    key more or less in a row's window moves it by far more) must still agree to 1e-5. (Not
+    yet re-run on a GPU since this change.)"""
     from kernels.nsa.window import window_triton
 
     hkv = 2
@@ -262,13 +262,7 @@ def test_gpu_window_v2_matches_v1_and_reference(
     for kw in ({}, {"combine": (oc, os_, g)}):
         o1, lse1 = window_triton(q, k, v, window, scale, **kw)  # type: ignore[arg-type]
         o2, lse2 = window_triton(q, k, v, window, scale, split=True, **kw)  # type: ignore[arg-type]
-        if dtype == torch.float32:
-            assert err_ratio(o2, o1) <= 1e-5
-        else:
-            a, b = o1.float(), o2.float()
-            ulp = torch.finfo(dtype).eps * torch.maximum(a.abs(), b.abs())
-            off = (b - a).abs() > ulp + torch.finfo(dtype).tiny
-            assert not off.any(), f"{int(off.sum())} elements over eps x |o| from v1's"
+        assert_rounds_alike(o2, o1)
         assert (lse2 - lse1).abs().max().item() <= 1e-5
     cfg = NSAConfig(window=window)
     monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "v2")

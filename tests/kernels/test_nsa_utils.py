@@ -107,6 +107,15 @@ def planted_inputs(
     return q.to(dtype), k.to(dtype), v.to(dtype), gates, expected
 
 
+def assert_rounds_alike(got: torch.Tensor, ref: torch.Tensor) -> None:
+    """got is ref up to rounding, as two kernels are that add the same terms in another order
+    or let the compiler fuse a multiply-add the other skips: fp32 to 1e-5, a 16-bit store by
+    at most its dtype's eps times the value (a unit or two in its last place)."""
+    rtol = 1e-5 if ref.dtype == torch.float32 else torch.finfo(ref.dtype).eps
+    close = torch.isclose(got.float(), ref.float(), rtol=rtol, atol=1e-5)
+    assert close.all(), f"{int((~close).sum())} elements differ by more than rounding"
+
+
 def err_ratio(x: torch.Tensor, ref: torch.Tensor) -> float:
     ref = ref.double()
     den = ref.pow(2).mean().sqrt().item()
