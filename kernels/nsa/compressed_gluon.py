@@ -31,7 +31,8 @@ Triton, 0.99-1.11 in Gluon):
   power-of-two scale (per row for q, per tensor for the lo part), into an accumulator of its
   own that is scaled back and added. The logits then hold ≈ 2^-15 of a logit's scale
   instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
-  (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split). Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3.
+  (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split).
+  Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3.
 """
 
 from __future__ import annotations
