@@ -248,21 +248,28 @@ def test_gpu_window_v2_matches_v1_and_reference(
 
     v2 runs v1's tiles in v1's order, but where no mask stands between the scaling of QKᵀ and
     the subtraction of the row max the compiler may fuse them into one FMA, so p can differ
-    from v1's in its last fp32 bit. Run 86 (H100) saw that: a bf16 output 1.58e-5 from v1's
-    in relative RMS, over the 1e-5 this test first asked for. So the outputs need only round
-    alike (``assert_rounds_alike``, as the interpreter's test asks); the lse (fp32, where one
-    key more or less in a row's window moves it by far more) must still agree to 1e-5. (Not
-    yet re-run on a GPU since this change.)"""
+    from v1's in its last fp32 bit. Cast to a 16-bit dtype for P·V, such a p flips by one unit
+    (eps·p) now and then, and the row's output moves by up to eps · Σ p·|v| / l: the spread
+    ``assert_rounds_alike`` is given, that window attention over |v| computes. Runs 86 (H100)
+    and 87 (H200) saw it: 3,645 (bf16) and 527 (fp16) fp32 o_win elements past the 1e-5
+    asked before. Run 88 (H200): the worst o_win difference is 0.04-0.06 of this bound, the
+    worst combined (16-bit) one 0.86-0.91, a store rounded the other way. The lse (fp32, where one key more or less in a row's window moves
+    it by far more) must still agree to 1e-5."""
     from kernels.nsa.window import window_triton
 
     hkv = 2
     q, k, v, g = make_inputs(1, t, group * hkv, hkv, 128, dtype, seed=t, device="cuda")
     scale = 128**-0.5
     oc, os_ = (torch.randn(q.shape, device="cuda") for _ in range(2))
-    for kw in ({}, {"combine": (oc, os_, g)}):
+    eps = torch.finfo(dtype).eps
+    mean_abs_v, _ = window_triton(q, k, v.abs(), window, scale)  # Σ p·|v| / l, [B, T, Hq, Dv]
+    for kw, spread in (
+        ({}, eps * mean_abs_v),
+        ({"combine": (oc, os_, g)}, eps * g[..., 2:3].float().abs() * mean_abs_v),
+    ):
         o1, lse1 = window_triton(q, k, v, window, scale, **kw)  # type: ignore[arg-type]
         o2, lse2 = window_triton(q, k, v, window, scale, split=True, **kw)  # type: ignore[arg-type]
-        assert_rounds_alike(o2, o1)
+        assert_rounds_alike(o2, o1, spread)
         assert (lse2 - lse1).abs().max().item() <= 1e-5
     cfg = NSAConfig(window=window)
     monkeypatch.setitem(nsa_attention_mod.VARIANTS, "window", "v2")
