@@ -5,8 +5,11 @@ and returns (dq, dk, dv, dgates): the gradients of ``out = Σ_c g_c·o_c`` (mean
 differentiated) with the selection held fixed: the top-n is a discrete choice and gets no
 gradient. Given indices, so top-n ties never decide (kernels spec §4.3, stage 2): in the
 public case and half the hidden ones they are the fp64 top-n, in the others a random legal
-selection (the forward's ``block_indices=`` accepts any), so a backward that re-selects on its
-own is wrong there.
+selection (the forward's ``block_indices=`` accepts any) that differs from the top-n on every
+row with a choice to make, drawn with a config that leaves some row such a choice at the
+case's T. A backward that re-selects on its own is wrong there, whatever the secret draws
+(once both random cases drew ``sel_block`` 32 at T = 80: no row had a choice, and a
+re-selecting backward passed).
 
 Gold: plain torch autograd through the checker's own dense fp64 NSA (``nsa.nsa_gold``), never
 the reference kernels. Each gradient's bound is the spec §4 error ratio against the same
@@ -21,7 +24,7 @@ from typing import Any
 
 import torch
 
-from workers.harness.sandboxed.inputs import gen_tensor
+from workers.harness.sandboxed.inputs import random_selection
 from workers.problems.base import BenchShape, Call, CaseDef, OutSpec
 from workers.problems.common import (
     DTYPES,
@@ -64,6 +67,14 @@ def _selection_spec(B: int, T: int, Hkv: int, cfg: dict[str, Any]) -> dict[str, 
     }
 
 
+def has_choice(T: int, cfg: dict[str, Any]) -> bool:
+    """Whether some row of length T has a selection to make: more eligible blocks than slots,
+    and a slot the forced blocks leave free."""
+    n = int(cfg["sel_count"])
+    eligible = (T - 1) // int(cfg["sel_block"]) + 1
+    return eligible > n and int(cfg["sel_init"]) + int(cfg["sel_local"]) < n
+
+
 def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
     cases = [
         CaseDef(f"public/{c['name']}", "visible", {**c, "select": "topn"}, int(c.get("seed", i)))
@@ -72,15 +83,20 @@ def build_cases(ex: Any, secret: bytes, nonce: str) -> list[CaseDef]:
     h = ex.hidden
     pick = shape_picker(secret, nonce)
     for i in range(int(h["count"])):
+        shape = hidden_shape(h, pick, i)
+        select = "random" if i % 4 in (1, 2) else "topn"
+        configs = h["configs"]
+        if select == "random":  # spec lists are checked to leave one (tests/workers)
+            configs = [c for c in configs if has_choice(shape["T"], _cfg(c))] or configs
         p = {
-            **hidden_shape(h, pick, i),
-            "config": pick(h["configs"]),
+            **shape,
+            "config": pick(configs),
             "favour": i % 3,  # each branch favoured in turn by the gates
             # Large logits (low-precision logits and softmax gradients break) and the random
             # selection each on one case of either dtype: i = 0..3 is fp32 peaked top-n, bf16
             # peaked random, fp32 normal random, bf16 normal top-n.
             "peaked": i % 4 in (0, 1),
-            "select": "random" if i % 4 in (1, 2) else "topn",
+            "select": select,
         }
         cases.append(CaseDef(f"hidden/{i}", "hidden", p, case_seed(secret, nonce, "case", i)))
     return cases
@@ -95,11 +111,13 @@ def case_inputs(p: dict[str, Any], seed: int, cfg: dict[str, Any]) -> dict[str, 
     # its own stream (keyed on the case seed): not a function of the other inputs' draws
     dout_shape = (*x["q"].shape[:3], x["v"].shape[-1])
     x["dout"] = sample(dout_shape, "normal", rng(case_seed(b"dout", seed))).to(dt)
+    topn = nsa_gold(x["q"], x["k"], x["v"], x["gates"], cfg)["block_indices"]
     if p.get("select", "topn") == "topn":
-        x["block_indices"] = nsa_gold(x["q"], x["k"], x["v"], x["gates"], cfg)["block_indices"]
+        x["block_indices"] = topn
     else:
-        x["block_indices"] = gen_tensor(
-            _selection_spec(B, T, Hkv, cfg), case_seed(b"select", seed), "cpu"
+        spec = _selection_spec(B, T, Hkv, cfg)
+        x["block_indices"] = random_selection(
+            spec["shape"], spec["select"], case_seed(b"select", seed), "cpu", avoid=topn
         )
     x["block_indices"] = x["block_indices"].contiguous()
     return x

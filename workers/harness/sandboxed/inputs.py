@@ -98,12 +98,18 @@ def _heavy(shape: list[int], seed: int, device: str) -> Any:
     return (chi / 3.0).clamp_min(0.05).rsqrt()
 
 
-def _selection(shape: list[int], sel: dict[str, Any], seed: int, device: str) -> Any:
+def random_selection(
+    shape: list[int], sel: dict[str, Any], seed: int, device: str, avoid: Any = None
+) -> Any:
     """NSA block indices ``[B, T, Hkv, n]`` int32: per row a random legal selection (kernels
     spec §4.2): the forced blocks (``j < sel_init`` and the ``sel_local`` latest eligible ones)
     plus random eligible others, ``min(n, ⌊t/l′⌋ + 1)`` in all, ascending, -1 padded. The
     inputs of a backward: the forward's choice, whatever it was. A stable sort of uniform draws
-    (forced +2, ineligible -1), so runner and checker agree on the same device."""
+    (forced +2, ineligible -1), so runner and checker agree on the same device.
+
+    avoid: block indices of the same layout (-1 padded) to keep out where another eligible
+    block can take the slot (their draws lowered by 1): a checker's selection that differs
+    from the top-n on every row with a choice to make."""
     import torch
 
     B, T, H, n = (int(s) for s in shape)
@@ -114,6 +120,10 @@ def _selection(shape: list[int], sel: dict[str, Any], seed: int, device: str) ->
     j = torch.arange(Ts, device=device)
     elig = j <= cur
     forced = elig & ((j < int(sel["sel_init"])) | (j > cur - int(sel["sel_local"])))
+    if avoid is not None:  # [B, T, H, n] → [B, T, H, Ts]; -1 padding lands in a spare column
+        hit = torch.zeros([B, T, H, Ts + 1], dtype=torch.bool, device=device)
+        hit.scatter_(-1, torch.where(avoid < 0, Ts, avoid).long(), True)
+        u = u - hit[..., :Ts].to(u.dtype)
     score = u.masked_fill(forced, 2.0).masked_fill(~elig, -1.0)
     top = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :n]
     keep = torch.arange(top.shape[-1], device=device) < (cur + 1).clamp(max=n)
@@ -146,7 +156,7 @@ def gen_tensor(
     - ``favour``: ``{<selector>}``: one channel of the last axis per row is favoured:
       ``0.5 + 0.5 x`` there, ``0.5 x`` elsewhere (NSA gates; uniform base).
     - ``select``: ``{"sel_block", "sel_init", "sel_local"}``: instead of all of the above, NSA
-      block indices of ``shape`` ``[B, T, Hkv, n]`` (``dtype`` int32), see ``_selection``.
+      block indices of ``shape`` ``[B, T, Hkv, n]`` (``dtype`` int32), see ``random_selection``.
 
     A selector picks which values share a draw: ``shape`` (default: the tensor's shape without
     its last axis, one draw per row), ``dims`` (the tensor axes those map to, in order; default
@@ -164,7 +174,7 @@ def gen_tensor(
     if "select" in spec:
         if set(spec) != {"shape", "dtype", "select"} or spec["dtype"] != "int32":
             raise ValueError("a select gen spec has only shape, dtype int32 and select")
-        return _selection(list(spec["shape"]), spec["select"], seed, device)
+        return random_selection(list(spec["shape"]), spec["select"], seed, device)
     g = torch.Generator(device=device)
     g.manual_seed(int(seed))
     shape = [int(s) for s in spec["shape"]]
