@@ -2,9 +2,11 @@
 tell a backward that uses the given block indices from one that re-selects the top-n itself
 (``solutions/wrong/own_selection.py``).
 
-CI at ``91c727b`` graded own_selection PASS once (fixed in the commit that added this file): both random-selection cases had drawn
-``sel_block`` 32 at T = 80, where every row's eligible blocks fit its ``sel_count`` slots, so
-any legal selection is the top-n (about 1 secret in 81)."""
+CI at ``91c727b`` graded own_selection PASS: a random-selection case that draws
+``sel_block`` 32 at T = 80 has no row with a choice (every eligible block fits the slots), and
+a random draw could also land on the top-n where a choice was left. Over 300 secrets, the
+exact top-n gradients passed both random cases for 7 secrets before the fix (each case alone
+for 33-37), for none after it."""
 
 from __future__ import annotations
 
