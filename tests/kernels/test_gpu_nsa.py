@@ -253,8 +253,8 @@ def test_gpu_window_v2_matches_v1_and_reference(
     ``assert_rounds_alike`` is given, that window attention over |v| computes. Runs 86 (H100)
     and 87 (H200) saw it: 3,645 (bf16) and 527 (fp16) fp32 o_win elements past the 1e-5
     asked before. Run 88 (H200): the worst o_win difference is 0.04-0.06 of this bound, the
-    worst combined (16-bit) one 0.86-0.91, a store rounded the other way. The lse (fp32, where one key more or less in a row's window moves
-    it by far more) must still agree to 1e-5."""
+    worst combined (16-bit) one 0.86-0.91, a store rounded the other way. The lse (fp32, where
+    one key more or less in a row's window moves it by far more) must still agree to 1e-5."""
     from kernels.nsa.window import window_triton
 
     hkv = 2
