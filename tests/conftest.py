@@ -10,12 +10,26 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The server-less Celery state (the filesystem broker's queue, its results, the reference
+# caches: ``workers.celery_app.var_dir``) of every test goes to a folder of this session, not
+# the checkout's ./var that `make run` serves from. Set here, before any test module imports
+# the Celery app: the LTI tests that keep a task queued left grade and passback messages in
+# ./var/celery/queue, and the next `make run` worker ran them against the developer's own
+# database. A test that needs a folder of its own still sets KGRADE_VAR_DIR itself.
+SESSION_VAR = Path(tempfile.mkdtemp(prefix="kgrade-test-var-"))
+os.environ["KGRADE_VAR_DIR"] = str(SESSION_VAR)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_VAR, ignore_errors=True)
 
 
 def free_port() -> int:
