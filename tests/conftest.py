@@ -17,19 +17,29 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SESSION_VAR_PREFIX = "kgrade-test-var-"
 
 # The server-less Celery state (the filesystem broker's queue, its results, the reference
 # caches: ``workers.celery_app.var_dir``) of every test goes to a folder of this session, not
-# the checkout's ./var that `make run` serves from. Set here, before any test module imports
-# the Celery app: the LTI tests that keep a task queued left grade and passback messages in
-# ./var/celery/queue, and the next `make run` worker ran them against the developer's own
-# database. A test that needs a folder of its own still sets KGRADE_VAR_DIR itself.
-SESSION_VAR = Path(tempfile.mkdtemp(prefix="kgrade-test-var-"))
-os.environ["KGRADE_VAR_DIR"] = str(SESSION_VAR)
+# the checkout's ./var that `make run` serves from: the LTI tests that keep a task queued left
+# grade and passback messages in ./var/celery/queue, and the next `make run` worker ran them
+# against the developer's own database. Module code, not pytest_configure: the conftests
+# below this one are imported before that hook and some load the Celery app, which reads the
+# folder once. Only the path is set here; Celery makes the folders it uses, so a subprocess
+# that imports this module (for ``free_port``) makes none. A subprocess of the session keeps
+# its folder; a test that needs one of its own still sets KGRADE_VAR_DIR itself.
+_inherited = Path(os.environ.get("KGRADE_VAR_DIR") or "/")
+if _inherited.name.startswith(SESSION_VAR_PREFIX):
+    SESSION_VAR = _inherited
+else:
+    SESSION_VAR = Path(tempfile.gettempdir()) / f"{SESSION_VAR_PREFIX}{os.getpid()}"
+    shutil.rmtree(SESSION_VAR, ignore_errors=True)  # an earlier session's, by the same pid
+    os.environ["KGRADE_VAR_DIR"] = str(SESSION_VAR)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(SESSION_VAR, ignore_errors=True)
+    if SESSION_VAR.name == f"{SESSION_VAR_PREFIX}{os.getpid()}":  # the folder of this process
+        shutil.rmtree(SESSION_VAR, ignore_errors=True)
 
 
 def free_port() -> int:
