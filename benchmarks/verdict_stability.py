@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.exercises import list_exercises, load_exercise  # noqa: E402
+from workers.exercises import base_exercises, load_exercise  # noqa: E402
 from workers.harness import grade  # noqa: E402
 from workers.verdicts import Verdict  # noqa: E402
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="gradings at once (default 2)")
     args = ap.parse_args(argv)
 
-    ids = args.exercises or [e for e in list_exercises() if load_exercise(e).variant_of is None]
+    ids = args.exercises or base_exercises()
     todo = []  # (exercise, solution, secret index)
     for ex_id in ids:
         for sol in load_exercise(ex_id).solutions():

@@ -28,17 +28,16 @@ SESSION_VAR_PREFIX = "kgrade-test-var-"
 # folder once. Only the path is set here; Celery makes the folders it uses, so a subprocess
 # that imports this module (for ``free_port``) makes none. A subprocess of the session keeps
 # its folder; a test that needs one of its own still sets KGRADE_VAR_DIR itself.
-_inherited = Path(os.environ.get("KGRADE_VAR_DIR") or "/")
-if _inherited.name.startswith(SESSION_VAR_PREFIX):
-    SESSION_VAR = _inherited
-else:
+SESSION_VAR = Path(os.environ.get("KGRADE_VAR_DIR") or "/")
+_OWN_VAR = not SESSION_VAR.name.startswith(SESSION_VAR_PREFIX)  # not a session's subprocess
+if _OWN_VAR:
     SESSION_VAR = Path(tempfile.gettempdir()) / f"{SESSION_VAR_PREFIX}{os.getpid()}"
     shutil.rmtree(SESSION_VAR, ignore_errors=True)  # an earlier session's, by the same pid
     os.environ["KGRADE_VAR_DIR"] = str(SESSION_VAR)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if SESSION_VAR.name == f"{SESSION_VAR_PREFIX}{os.getpid()}":  # the folder of this process
+    if _OWN_VAR:
         shutil.rmtree(SESSION_VAR, ignore_errors=True)
 
 

@@ -175,6 +175,12 @@ def list_exercises(root: Path = EXERCISES_DIR) -> list[str]:
     )
 
 
+def base_exercises(root: Path = EXERCISES_DIR) -> list[str]:
+    """The exercises that are not variants (``variant_of``): each known solution once, not
+    again at a variant's other world size."""
+    return [e for e in list_exercises(root) if load_exercise(e, root).variant_of is None]
+
+
 def load_exercise(exercise_id: str, root: Path = EXERCISES_DIR) -> Exercise:
     return _load(exercise_id, root, variant_ok=True)
 

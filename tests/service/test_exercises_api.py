@@ -30,7 +30,7 @@ from service.db.tokens import ApiToken
 from service.extensions import db
 from tests.service.conftest import World, db_engine, running_worker, table_snapshot
 from tests.service.test_api_bad_input import MALFORMED_BODIES
-from workers.exercises import list_exercises, load_exercise
+from workers.exercises import base_exercises, list_exercises, load_exercise
 from workers.queues import worker_argv
 from workers.results import validate_results
 from workers.store import utcnow
@@ -325,7 +325,7 @@ def test_real_pipeline_grades_correct_and_wrong_solutions(
     monkeypatch.setitem(world.app.config, "SUBMISSION_RATE", "100/60")
     jobs: list[tuple[str, str, Verdict, str]] = []
     # Variants grade the same solutions at another world size: tests/workers/test_ring_x4.py.
-    exercises = [e for e in list_exercises() if load_exercise(e).variant_of is None]
+    exercises = base_exercises()
     for n, exercise in enumerate(exercises):
         for name, source, expected in _pick(exercise):
             if n % 2:

@@ -14,13 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from workers.exercises import list_exercises, load_exercise
+from workers.exercises import base_exercises, list_exercises, load_exercise
 from workers.harness import grade
 from workers.verdicts import Verdict
 
 #: Variants (``variant_of``: the same solutions at another world size) are left to their own
 #: tests (tests/workers/test_ring_x4.py): all their solutions again would double CI's gradings.
-EXERCISES = [e for e in list_exercises() if load_exercise(e).variant_of is None]
+EXERCISES = base_exercises()
 SOLUTIONS = [(ex_id, s) for ex_id in EXERCISES for s in load_exercise(ex_id).solutions()]
 #: The correct solutions the timing cheats are built on (their ``# include: ../correct/...``).
 CHEAT_BASES = {f"{e}:{b}" for e in EXERCISES for b in load_exercise(e).cheat_bases()}
