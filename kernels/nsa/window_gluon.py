@@ -255,6 +255,8 @@ def window_gluon(
         cfg = (block_n or 128, stages or 2)
     else:
         key = (t, d, window, hq // hkv, q.dtype, combine is not None, write_ow, gqa)
-        cfg = fastest(_WIN_BEST, key, GQA_CANDIDATES if gqa else GLUON_CANDIDATES, launch)
+        # tiles narrower than the program's 2 × pos positions cannot run (launch says why)
+        fits = [c for c in (GQA_CANDIDATES if gqa else GLUON_CANDIDATES) if c[0] >= 2 * pos]
+        cfg = fastest(_WIN_BEST, key, fits, launch)
     launch(cfg)
     return o, lse
