@@ -44,15 +44,14 @@ _LOG2E = 1.4426950408889634
 @gluon.jit
 def _loader(
     q_desc, k_desc, v_desc, q_smem, bufs, q_row, kv_row, q_col, kv_col, n_tiles,
-    BLOCK_N: gl.constexpr, STAGES: gl.constexpr, LOAD_Q: gl.constexpr = True,
+    BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
 ):  # fmt: skip
-    """Q (with LOAD_Q; else the consumers gather their own rows), then the K/V tiles."""
     k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty = bufs
-    if LOAD_Q:
-        q_rows: gl.constexpr = q_desc.block_type.shape[0]
-        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-        for i in gl.static_range(2):  # one Q tile per consumer warpgroup
-            tma_load(q_desc, [q_row + i * q_rows, q_col], q_bar, q_smem.index(i))
+    q_rows: gl.constexpr = q_desc.block_type.shape[0]
+    q_bytes: gl.constexpr = 2 * q_desc.block_type.nbytes
+    mbarrier.expect(q_bar, q_bytes)
+    for i in gl.static_range(2):  # one Q tile per consumer warpgroup
+        tma_load(q_desc, [q_row + i * q_rows, q_col], q_bar, q_smem.index(i))
     for j in range(n_tiles):
         st = j % STAGES
         # A fresh barrier counts as having completed the phase before 0, so the first round
@@ -69,12 +68,8 @@ def _loader(
 @gluon.jit
 def _masked(s, q_start, k_start, Tk, shift, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, s_layout: gl.constexpr, WINDOWED: gl.constexpr,
-            window, RPP: gl.constexpr = 1):  # fmt: skip
-    # rows: each row's query position; RPP rows (query heads of one KV head) per position
-    if RPP == 1:
-        rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    else:
-        rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout)) // RPP
+            window):  # fmt: skip
+    rows = q_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     cols = k_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     keep = gl.expand_dims(cols < Tk, 0)
     if CAUSAL:  # key j visible to query i iff j <= i + shift (shift = q_offset - k_offset >= 0)
@@ -89,17 +84,12 @@ def _attend(
     q_smem, bufs, n_tiles, q_start, kv_start, Tk, shift, qk_scale,
     ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
     STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOWED: gl.constexpr, window,
-    RPP: gl.constexpr = 1, Q_WAIT: gl.constexpr = True,
 ):  # fmt: skip
     """ROWS query rows from q_start over the streamed K/V tiles (keys from kv_start).
 
-    RPP: rows per query position (1, or the G heads of a KV head packed position-major, so
-    row r sits at position q_start + r // RPP). Q_WAIT: Q arrives by the loader's TMA (else
-    the caller has written q_smem and fenced it). Returns the unnormalised output [ROWS,
-    HEAD_D] in the wgmma layout, and the row maximum (log2 units) and sum in its row layout;
-    callers normalise and store.
+    Returns the unnormalised output [ROWS, HEAD_D] in the wgmma layout, and the row maximum
+    (log2 units) and sum in its row layout; callers normalise and store.
     """
-    POS: gl.constexpr = ROWS // RPP  # query positions of these rows
     k_smem, v_smem, q_bar, k_ready, v_ready, k_empty, v_empty = bufs
     nw: gl.constexpr = gl.num_warps()
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -115,7 +105,7 @@ def _attend(
     # Key tiles j with j_lo <= j < j_hi need no mask for any of these rows.
     if WINDOWED:
         # every key of the tile inside the last row's window, and at or before the first row
-        j_lo = gl.cdiv(gl.maximum(q_start + POS + shift - window - kv_start, 0), BLOCK_N)
+        j_lo = gl.cdiv(gl.maximum(q_start + ROWS + shift - window - kv_start, 0), BLOCK_N)
         j_hi = (gl.minimum(q_start + shift + 1, Tk) - kv_start) // BLOCK_N
     elif CAUSAL:
         j_lo = 0  # (tile 0, peeled below, is always masked)
@@ -124,15 +114,13 @@ def _attend(
         j_lo = 0
         j_hi = Tk // BLOCK_N
 
-    if Q_WAIT:
-        mbarrier.wait(q_bar, 0)
+    mbarrier.wait(q_bar, 0)
     # Tile 0 on its own: there is no P yet to multiply with V.
     mbarrier.wait(k_ready.index(0), 0)
     s = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    s = _masked(s, q_start, kv_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOWED, window,
-                RPP)  # fmt: skip
+    s = _masked(s, q_start, kv_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOWED, window)
     m_i = gl.max(s, 1) * qk_scale  # [ROWS], log2 units
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, 1)
@@ -157,18 +145,7 @@ def _attend(
         if edge:
             k_start = kv_start + j * BLOCK_N
             s = _masked(
-                s,
-                q_start,
-                k_start,
-                Tk,
-                shift,
-                CAUSAL,
-                ROWS,
-                BLOCK_N,
-                s_layout,
-                WINDOWED,
-                window,
-                RPP,
+                s, q_start, k_start, Tk, shift, CAUSAL, ROWS, BLOCK_N, s_layout, WINDOWED, window
             )
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         alpha = gl.exp2(m_i - m_new)

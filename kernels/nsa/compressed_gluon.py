@@ -50,7 +50,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels._gluon import on_hopper, tma_load
-from kernels.nsa._gluon_common import gqa_q_rows
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.topn import topn_triton
 
@@ -216,7 +215,13 @@ def _cmp_consumer(
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
     # Q rows (position t0 + r // G, head g·G + r % G), gathered once, in k̃'s fp16 for the dots.
-    q = gqa_q_rows(q_ptr, b, sq_b, sq_t, sq_h, t0, g * G, T, G, DK)
+    ld: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [nw, 1], [1, 0])
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, ld))
+    t_r = t0 + r // G
+    h_r = g * G + r % G
+    d = gl.arange(0, DK, layout=gl.SliceLayout(0, ld))
+    q_off = b * sq_b + gl.expand_dims(t_r * sq_t + h_r * sq_h, 1) + gl.expand_dims(d, 0)
+    q = gl.load(q_ptr + q_off, mask=gl.expand_dims(t_r < T, 1), other=0.0)
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, DK], gl.float16)
     q_smem = gl.allocate_shared_memory(gl.float16, [64, DK], q_layout, q.to(gl.float16))
     if LO_FP8:

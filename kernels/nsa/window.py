@@ -312,25 +312,15 @@ def _window_gluon(
     this Triton: ``kernels._gluon_switch``). Correct on the H200 but slower than v1 at w = 512
     (run 82), so not the default."""
 
-    gqa = bool(kwargs.pop("gqa", False))
-
     def call(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if mod.window_gluon_unsupported(q, k, v, gqa) is not None:
+        if mod.window_gluon_unsupported(q, k, v) is not None:
             return None
-        return mod.window_gluon(q, k, v, *args, gqa=gqa, **kwargs)
+        return mod.window_gluon(q, k, v, *args, **kwargs)
 
     res = gluon_or_none("the NSA window branch", "kernels.nsa.window_gluon", call, where=q)
     if res is None:
         res = window_triton(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
     return res
-
-
-def _window_gluon_gqa(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``window_gluon.window_gluon(gqa=True)`` (g2: the G heads of a KV head packed per
-    program) where it runs, else ``window_triton``, as ``_window_gluon``."""
-    return _window_gluon(q, k, v, *args, gqa=True, **kwargs)
 
 
 def _window_split(
@@ -343,11 +333,5 @@ def _window_split(
 
 # v1: the Triton kernel above (4 positions × the G heads of a KV head per program); v2: the
 # same with mask-free interior tiles and a combine that does not spill; g1: the Gluon kernel
-# (128 positions of one query head per program, block attention's schedule); g2: the Gluon
-# kernel with v1's packing (8 positions × the 16 heads of a KV head at G 16).
-WINDOW_IMPLS = {
-    "v1": window_triton,
-    "v2": _window_split,
-    "g1": _window_gluon,
-    "g2": _window_gluon_gqa,
-}
+# (128 positions of one query head per program, block attention's schedule).
+WINDOW_IMPLS = {"v1": window_triton, "v2": _window_split, "g1": _window_gluon}

@@ -1,22 +1,26 @@
 """Sliding-window branch forward in Gluon, for Hopper, fused with the gated combine.
 
-Two forms of one kernel, neither the default yet:
+Correct (``tests/kernels/test_gpu_nsa_gluon.py``, run 81) but SLOWER than the Triton kernel,
+so not the default: 5.30 ms against v1's 4.47 at 64k, 1.29 against 1.05 at 16k (run 82,
+2026-12-05, one H200, paper config, w = 512; no other window measured). The likely reasons,
+not yet profiled: a program's band at w = 512 is five 128-key tiles, too short for the
+two-consumer pipeline's fill and drain to amortise, and each program loads its band for one
+query head where v1 shares it across the G heads of a KV head. Selected with
+``KGRADE_NSA_WINDOW=g1``. Sharing the band was then tried (a form "g2" packing 8 positions ×
+the 16 heads of a KV head per program, as v1 packs them; run 91, 2026-12-06, one H100, 64k):
+4.62 ms against v1's 4.24 and g1's 5.31 in one run, so it was reverted (``docs/perf.md``).
+Nsight Compute on v1 in that run: 3.70 ms, tensor pipe 34 %, L2 51 %, 12 % occupancy at
+182 registers; no unit is saturated, so a faster window needs more work in flight per SM,
+not fewer bytes.
 
-* **g1** (``KGRADE_NSA_WINDOW=g1``): a program takes 128 consecutive positions of one query
-  head; its K/V band is [t0 − w + 1, t0 + 128). Correct (``tests/kernels/test_gpu_nsa_gluon.py``,
-  run 81) but SLOWER than the Triton kernel: 5.30 ms against v1's 4.47 at 64k, 1.29 against
-  1.05 at 16k (run 82, 2026-12-05, one H200, paper config, w = 512). Each program loads its
-  band for one query head, where v1 shares it across the G heads of a KV head.
-* **g2** (``KGRADE_NSA_WINDOW=g2``): rows packed as v1 packs them, 64 / G positions × the G
-  heads of one KV head per consumer warpgroup (8 positions a program at G 16), so a K/V tile
-  is loaded once for 2 × 64 rows: half v1's band traffic per row. Q is gathered by the
-  consumers (``_gluon_common.gqa_q_rows``), as the compressed kernel gathers it.
-
-Both run the block attention kernel's schedule (``kernels/attention/gluon_fwd.py``: a TMA
-loader partition and two one-warpgroup consumers over shared K/V stages, FA3-style overlap
-inside each; its ``_attend`` maps row r to position q_start + r // G), with the window's lower
-bound in the mask and ``window_triton``'s epilogue: the combine ``g0·o_cmp + g1·o_slc +
-g2·o_win`` in fp32, written in q's dtype. Same contract as ``window.window_triton``.
+The block attention kernel's schedule (``kernels/attention/gluon_fwd.py``: a TMA loader
+partition and two one-warpgroup consumers over shared K/V stages, FA3-style overlap inside
+each), with the window's lower bound in its mask and ``window_triton``'s epilogue: the combine
+``g0·o_cmp + g1·o_slc + g2·o_win`` in fp32, written in q's dtype. A program takes 128
+consecutive positions of one query head; its K/V band is [t0 − w + 1, t0 + 128), so at w = 512
+four of its five 128-key tiles are useful work for a row (the Triton kernel, with 4 positions ×
+16 heads per program, loads 515 keys per 64 rows in 64-key tiles). Same contract as
+``window.window_triton``.
 """
 
 from __future__ import annotations
@@ -25,14 +29,12 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels._gluon import on_hopper
 from kernels._tuning import fastest
 from kernels._validate import check_scale
 from kernels.attention.gluon_fwd import GLUON_CANDIDATES, _attend, _buffers, _loader
-from kernels.nsa._gluon_common import gqa_q_rows
 
 _LOG2E = 1.4426950408889634
 ROWS = 64  # per consumer warpgroup
@@ -40,25 +42,17 @@ ROWS = 64  # per consumer warpgroup
 
 @gluon.jit
 def _win_consumer(
-    q_smem, bufs, qsrc, dst, comb, n_tiles, q_start, kv_start, T, window, qk_scale,
+    q_smem, bufs, dst, comb, n_tiles, q_start, kv_start, T, window, qk_scale,
     ROWS: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, STAGES: gl.constexpr,
-    COMBINE: gl.constexpr, WRITE_OW: gl.constexpr, RPP: gl.constexpr,
+    COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
 ):  # fmt: skip
-    o_ptr, lse_ptr, b, h0, so_b, so_t, so_h, sl_b, sl_t = dst
+    o_ptr, lse_ptr, b, h, so_b, so_t, so_h, sl_b, sl_t = dst
     oc_ptr, os_ptr, g_ptr, ow_ptr, sg_b, sg_t, sg_h, sg_c = comb
-    if RPP > 1:
-        # The G heads of a KV head at ROWS / G positions are no one TMA box: gathered here.
-        q_ptr, sq_b, sq_t, sq_h = qsrc
-        q_smem.store(gqa_q_rows(q_ptr, b, sq_b, sq_t, sq_h, q_start, h0, T, RPP, HEAD_D))
-        fence_async_shared()  # the generic-proxy store before the async proxy (wgmma) reads it
     acc, m_i, l_i = _attend(q_smem, bufs, n_tiles, q_start, kv_start, T, 0, qk_scale,
-                            ROWS, BLOCK_N, HEAD_D, STAGES, True, True, window,
-                            RPP, RPP == 1)  # fmt: skip
+                            ROWS, BLOCK_N, HEAD_D, STAGES, True, True, window)  # fmt: skip
     o_layout: gl.constexpr = acc.type.layout
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    r = gl.arange(0, ROWS, layout=row_o)
-    t = q_start + r // RPP  # [ROWS] position and query head of each row
-    h = h0 + r % RPP
+    t = q_start + gl.arange(0, ROWS, layout=row_o)
     row_ok = t < T
     # Every row below T sees its own key, so l_i > 0 there; rows past T are never stored.
     o_win = acc / gl.expand_dims(gl.where(row_ok, l_i, 1.0), 1)
@@ -94,44 +88,37 @@ def _win_consumer(
 
 @gluon.jit
 def nsa_window_gluon_fwd_kernel(
-    q_desc, k_desc, v_desc, q_ptr, o_ptr, lse_ptr, oc_ptr, os_ptr, g_ptr, ow_ptr,
-    sq_b, sq_t, sq_h, so_b, so_t, so_h, sl_b, sl_t, sg_b, sg_t, sg_h, sg_c,
+    q_desc, k_desc, v_desc, o_ptr, lse_ptr, oc_ptr, os_ptr, g_ptr, ow_ptr,
+    so_b, so_t, so_h, sl_b, sl_t, sg_b, sg_t, sg_h, sg_c,
     T, Hq, GROUP, window, qk_scale,
-    STAGES: gl.constexpr, COMBINE: gl.constexpr, WRITE_OW: gl.constexpr, RPP: gl.constexpr,
+    STAGES: gl.constexpr, COMBINE: gl.constexpr, WRITE_OW: gl.constexpr,
 ):  # fmt: skip
-    """One program: 2 × 64 rows. RPP 1 (g1): consecutive positions of one (batch, query
-    head), Q by TMA. RPP = G (g2): 64 / G positions × the G query heads of one (batch, KV
-    head) per consumer, so each K/V tile serves G heads; Q gathered by the consumers (q_desc
-    then only gives q_smem its layout)."""
+    """One program: 2 × 64 consecutive positions of one (batch, query head)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    POS: gl.constexpr = ROWS // RPP  # positions per consumer
-    per_b = Hq // RPP  # programs per batch row along axis 1
     bh = gl.program_id(1)
-    b = bh // per_b
-    h0 = (bh % per_b) * RPP  # the first query head of the program's rows
-    q_start = gl.program_id(0) * (2 * POS)
+    b = bh // Hq
+    h = bh % Hq
+    q_start = gl.program_id(0) * (2 * ROWS)
     kv_start = gl.maximum(q_start - window + 1, 0)
-    kv_end = gl.minimum(q_start + 2 * POS, T)
+    kv_end = gl.minimum(q_start + 2 * ROWS, T)
     n_tiles = gl.cdiv(kv_end - kv_start, BLOCK_N)
 
     q_smem, bufs = _buffers(q_desc, k_desc, v_desc, STAGES)
 
-    qsrc = (q_ptr, sq_b, sq_t, sq_h)
-    dst = (o_ptr, lse_ptr, b, h0, so_b, so_t, so_h, sl_b, sl_t)
+    dst = (o_ptr, lse_ptr, b, h, so_b, so_t, so_h, sl_b, sl_t)
     comb = (oc_ptr, os_ptr, g_ptr, ow_ptr, sg_b, sg_t, sg_h, sg_c)
     gl.warp_specialize(
         [
-            (_win_consumer, (q_smem.index(0), bufs, qsrc, dst, comb, n_tiles, q_start,
+            (_win_consumer, (q_smem.index(0), bufs, dst, comb, n_tiles, q_start, kv_start, T,
+                             window, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES, COMBINE,
+                             WRITE_OW)),
+            (_win_consumer, (q_smem.index(1), bufs, dst, comb, n_tiles, q_start + ROWS,
                              kv_start, T, window, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES,
-                             COMBINE, WRITE_OW, RPP)),
-            (_win_consumer, (q_smem.index(1), bufs, qsrc, dst, comb, n_tiles, q_start + POS,
-                             kv_start, T, window, qk_scale, ROWS, BLOCK_N, HEAD_D, STAGES,
-                             COMBINE, WRITE_OW, RPP)),
+                             COMBINE, WRITE_OW)),
             (_loader, (q_desc, k_desc, v_desc, q_smem, bufs, b * T + q_start, b * T + kv_start,
-                       h0 * HEAD_D, (h0 // GROUP) * HEAD_D, n_tiles, BLOCK_N, STAGES,
-                       RPP == 1)),
+                       h * HEAD_D, (h // GROUP) * HEAD_D, n_tiles, BLOCK_N, STAGES)),
         ],
         [4, 1],
         [232, 24],
@@ -139,22 +126,10 @@ def nsa_window_gluon_fwd_kernel(
 
 
 _WIN_BEST: dict[tuple, tuple[int, int]] = {}
-# g2's (block_n, stages): a band of w + 2·64/G − 1 keys (519 at w 512, G 16) is 9 tiles of
-# 64 keys (576) or 5 of 128 (640); which costs less is measured, not assumed.
-GQA_CANDIDATES = ((64, 3), (128, 2))
 
 
-def window_gluon_unsupported(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gqa: bool = False
-) -> str | None:
+def window_gluon_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why the Gluon window kernel cannot take these inputs, or None when it can."""
-    if gqa:
-        g = q.shape[2] // max(k.shape[2], 1)
-        if q.shape[2] % max(k.shape[2], 1) or ROWS % g:
-            return (
-                f"the Gluon window kernel's head-packed form (g2) needs G = Hq / Hkv to divide "
-                f"{ROWS}, got Hq {q.shape[2]}, Hkv {k.shape[2]}"
-            )
     if not on_hopper(q):
         return "the Gluon window kernel needs a Hopper GPU (sm_90)"
     if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
@@ -177,17 +152,13 @@ def window_gluon(
     o_win: torch.Tensor | None = None,
     block_n: int | None = None,
     stages: int | None = None,
-    gqa: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``window.window_triton``'s contract on the Gluon kernel (sm_90, bf16/fp16, D 64 or 128).
 
-    ``gqa`` (variant g2): each consumer takes 64 / G positions × the G query heads of a KV
-    head, so a K/V tile is loaded once per G heads (G must divide 64); else (g1) 64
-    positions of one query head. ``block_n``/``stages`` pin a configuration; left out, a
-    shape's first call times the form's candidates (as block attention does) and keeps the
-    fastest.
+    ``block_n``/``stages`` pin a configuration; left out, a shape's first call times
+    ``GLUON_CANDIDATES`` (as block attention does) and keeps the fastest.
     """
-    why = window_gluon_unsupported(q, k, v, gqa)
+    why = window_gluon_unsupported(q, k, v)
     if why is not None:
         raise ValueError(why)
     b, t, hq, d = q.shape
@@ -219,44 +190,34 @@ def window_gluon(
         assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
         assert o_win.dtype in (torch.float32, torch.float16) and o.is_contiguous()
     gdt = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
-    k2, v2 = k.view(b * t, hkv * d), v.view(b * t, hkv * d)
-    rpp = hq // hkv if gqa else 1  # rows per position
-    pos = ROWS // rpp  # positions per consumer
-    # g1 loads Q tiles by TMA from [B·T, Hq·D]; g2 gathers them, and this descriptor (of the
-    # [B·T·Hq, D] rows) only gives the kernel's Q buffers their dtype and layout.
-    q2 = q.view(b * t * hq, d) if gqa else q.view(b * t, hq * d)
+    q2, k2, v2 = q.view(b * t, hq * d), k.view(b * t, hkv * d), v.view(b * t, hkv * d)
     q_desc = TensorDescriptor.from_tensor(
         q2, [ROWS, d], gl.NVMMASharedLayout.get_default_for([ROWS, d], gdt)
     )
 
     def launch(cfg: tuple[int, int]) -> None:
         bn, st = cfg
-        # Key tile 0 then holds a visible key for each of the program's 2 × pos positions
-        # (the last one's window starts at its last key), so no row's maximum stays −inf.
-        if bn < 2 * pos:
-            raise ValueError(
-                f"the Gluon window kernel needs {2 * pos}-key tiles or wider, got {bn}"
-            )
+        # Key tile 0 then holds a visible key for each of the program's 128 rows (the last
+        # row's window starts at its last key), so no row's running maximum stays −inf.
+        if bn < 2 * ROWS:
+            raise ValueError(f"the Gluon window kernel needs 128-key tiles or wider, got {bn}")
         kv_layout = gl.NVMMASharedLayout.get_default_for([bn, d], gdt)
-        nsa_window_gluon_fwd_kernel[(triton.cdiv(t, 2 * pos), b * (hq // rpp))](
+        nsa_window_gluon_fwd_kernel[(triton.cdiv(t, 2 * ROWS), b * hq)](
             q_desc,
             TensorDescriptor.from_tensor(k2, [bn, d], kv_layout),
             TensorDescriptor.from_tensor(v2, [bn, d], kv_layout),
-            q, o, lse, o_cmp, o_slc, gates, o_win if write_ow else o,
-            q.stride(0), q.stride(1), q.stride(2),
+            o, lse, o_cmp, o_slc, gates, o_win if write_ow else o,
             o.stride(0), o.stride(1), o.stride(2), lse.stride(0), lse.stride(1),
             gates.stride(0), gates.stride(1), gates.stride(2), gates.stride(3),
             t, hq, hq // hkv, window, scale * _LOG2E,
-            STAGES=st, COMBINE=combine is not None, WRITE_OW=write_ow, RPP=rpp,
+            STAGES=st, COMBINE=combine is not None, WRITE_OW=write_ow,
             num_warps=4,
         )  # fmt: skip
 
     if block_n is not None or stages is not None:
         cfg = (block_n or 128, stages or 2)
     else:
-        key = (t, d, window, hq // hkv, q.dtype, combine is not None, write_ow, gqa)
-        # tiles narrower than the program's 2 × pos positions cannot run (launch says why)
-        fits = [c for c in (GQA_CANDIDATES if gqa else GLUON_CANDIDATES) if c[0] >= 2 * pos]
-        cfg = fastest(_WIN_BEST, key, fits, launch)
+        key = (t, d, window, hq // hkv, q.dtype, combine is not None, write_ow)
+        cfg = fastest(_WIN_BEST, key, GLUON_CANDIDATES, launch)
     launch(cfg)
     return o, lse

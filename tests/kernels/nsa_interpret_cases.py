@@ -405,14 +405,13 @@ def test_gluon_variants_on_the_cpu_never_import_gluon(
     assert switch.OFF == {}
 
 
-@pytest.mark.parametrize("window", ["g1", "g2"])
-def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants, window: str) -> None:
+def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> None:
     """nsa_attention with every Gluon variant chosen gives, where Gluon cannot run (here the
     CPU), exactly what the default variants give."""
     q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=31)
     want = nsa_attention(q, k, v, g, FINE)
     use_variants("v2", "g2p")
-    nsa_attention_mod.VARIANTS["window"] = window
+    nsa_attention_mod.VARIANTS["window"] = "g1"
     try:
         got = nsa_attention(q, k, v, g, FINE)
     finally:
