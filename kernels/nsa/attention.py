@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import fields
 from typing import TypeVar
 
 import torch
@@ -216,6 +217,71 @@ def _wants_grad(*tensors: torch.Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+# The forward kernels address a tensor as batch · its batch stride + 32-bit offsets, so no
+# tensor one call hands them may reach 2^31 elements: at B 4, T 64k, Hq 64, D 128, q alone
+# holds 2^31 and the last batch's offsets would wrap. Such batches run in slices of whole
+# rows; a single row past the limit is refused rather than computed with wrapped offsets.
+INDEX_LIMIT = 2**31
+
+
+def batch_rows_per_call(dims: NSADims) -> int | None:
+    """Batch rows one kernel call may take when all ``dims.batch`` rows would reach
+    ``INDEX_LIMIT`` elements in a tensor, else None. The largest tensors per row: q, out and
+    the branch outputs [T, Hq, D], and the block scores [Hkv, T, Ts]."""
+    d = max(dims.dk, dims.dv)
+    per_row = dims.seq_len * max(dims.hq * d, dims.hkv * dims.ts)
+    if per_row >= INDEX_LIMIT:
+        raise ValueError(
+            f"one batch row needs {per_row:,} elements in a tensor (T {dims.seq_len}, Hq "
+            f"{dims.hq}, D {d}, or the block scores' Hkv·T·T/l′); the NSA kernels index within "
+            f"a row with 32-bit offsets, so it must stay below 2^31: shorten the sequence or "
+            f"split the heads over several calls"
+        )
+    rows = (INDEX_LIMIT - 1) // per_row
+    return rows if dims.batch > rows else None
+
+
+def _in_batch_slices(
+    rows: int,
+    parts: tuple[torch.Tensor | None, ...],
+    config: NSAConfig,
+    return_aux: bool,
+) -> torch.Tensor | tuple[torch.Tensor, NSAAux]:
+    """``nsa_attention`` on slices of ``rows`` batch rows, outputs and aux concatenated;
+    gradients reach each slice through the concatenation."""
+    q, k, v, gates, k_cmp, v_cmp, block_indices = parts
+    assert q is not None and k is not None and v is not None and gates is not None
+    outs: list[torch.Tensor] = []
+    auxes: list[NSAAux] = []
+    for i in range(0, q.shape[0], rows):
+        cut = slice(i, i + rows)
+        res = nsa_attention(
+            q[cut],
+            k[cut],
+            v[cut],
+            gates[cut],
+            config,
+            k_cmp=None if k_cmp is None else k_cmp[cut],
+            v_cmp=None if v_cmp is None else v_cmp[cut],
+            block_indices=None if block_indices is None else block_indices[cut],
+            return_aux=return_aux,
+        )
+        if isinstance(res, tuple):
+            outs.append(res[0])
+            auxes.append(res[1])
+        else:
+            outs.append(res)
+    out = torch.cat(outs)
+    if not return_aux:
+        return out
+
+    def cat(name: str) -> torch.Tensor | None:
+        xs = [getattr(a, name) for a in auxes]
+        return None if xs[0] is None else torch.cat(xs)
+
+    return out, NSAAux(**{f.name: cat(f.name) for f in fields(NSAAux)})
+
+
 def nsa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -237,9 +303,17 @@ def nsa_attention(
     selection gets no gradient. On the Triton path a request for gradients runs the same
     kernels through ``backward.NSAFunction`` (Triton backward; aux then carries no gradient);
     plain CPU tensors train through autograd of the chunked PyTorch path below.
+
+    On the Triton path a batch whose tensors would reach 2^31 elements runs in slices of whole
+    rows (``INDEX_LIMIT``); a single row that large raises ValueError.
     """
     dims = check_fast_args(q, k, v, gates, config, k_cmp, v_cmp, block_indices)
     fast = use_triton(q)
+    rows = batch_rows_per_call(dims) if fast else None
+    if rows is not None:
+        dims.settled()  # bad values are reported for the whole batch, before any slice runs
+        parts = (q, k, v, gates, k_cmp, v_cmp, block_indices)
+        return _in_batch_slices(rows, parts, config, return_aux)
     if fast and _wants_grad(q, k, v, gates, k_cmp, v_cmp):
         # imported here: backward.py builds on this module's helpers (circular at import time)
         from kernels.nsa.backward import nsa_attention_trainable

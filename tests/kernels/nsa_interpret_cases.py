@@ -655,3 +655,67 @@ def test_fp16_branch_outputs_round_only_the_store(sel_variant: str) -> None:
     d16 = bwd_preprocess(dout, c16, s16, s16, alloc)
     d32 = bwd_preprocess(dout, c16.float(), s16.float(), s16.float(), alloc)
     assert torch.equal(d16, d32)
+
+
+# ---- batches past 2^31 elements (attention.INDEX_LIMIT), scaled down to a small limit ----
+def _per_row(t: int, hq: int, hkv: int, d: int, cfg: NSAConfig) -> int:
+    return t * max(hq * d, hkv * num_sel_blocks(t, cfg))
+
+
+def _sliced_calls(monkeypatch: pytest.MonkeyPatch, limit: int) -> list[int]:
+    """Lower INDEX_LIMIT and record the batch sizes of the calls nsa_attention makes."""
+    monkeypatch.setattr(nsa_attention_mod, "INDEX_LIMIT", limit)
+    inner = nsa_attention_mod.nsa_attention
+    sizes: list[int] = []
+
+    def spy(q: torch.Tensor, *args: object, **kw: object):  # noqa: ANN202
+        sizes.append(q.shape[0])
+        return inner(q, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nsa_attention_mod, "nsa_attention", spy)
+    return sizes
+
+
+def test_batches_past_the_index_limit_run_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three batch rows under a limit that fits two: the call runs as slices of 2 and 1 rows
+    and returns exactly the unsliced output and aux (no kernel reads across batch rows)."""
+    cfg = replace(FINE, compress="given")  # k_cmp, v_cmp sliced too
+    q, k, v, g = make_inputs(3, 70, 4, 2, 16, torch.float32, seed=41)
+    gen = torch.Generator().manual_seed(41)
+    tc = num_cmp_blocks(70, cfg)
+    kc, vc = (torch.randn(3, tc, 2, 16, generator=gen) for _ in range(2))
+    kw = {"k_cmp": kc, "v_cmp": vc, "return_aux": True}
+    want_out, want_aux = nsa_attention(q, k, v, g, cfg, **kw)
+    sizes = _sliced_calls(monkeypatch, 2 * _per_row(70, 4, 2, 16, cfg) + 1)
+    out, aux = nsa_attention(q, k, v, g, cfg, **kw)
+    assert sizes == [2, 1]
+    assert torch.equal(out, want_out)
+    for name in ("block_indices", "lse_cmp", "lse_slc", "lse_win", "o_cmp", "o_slc", "o_win"):
+        assert torch.equal(getattr(aux, name), getattr(want_aux, name)), name
+
+
+def test_sliced_batches_train() -> None:
+    """Gradients reach every slice through the concatenation, as without slicing."""
+    q, k, v, g = make_inputs(3, 50, 2, 1, 16, torch.float32, seed=42)
+    got = []
+    sizes: list[int] = []
+    with pytest.MonkeyPatch.context() as mp:
+        for limit in (None, _per_row(50, 2, 1, 16, FINE) + 1):  # unsliced, then 1 row a call
+            if limit is not None:
+                sizes = _sliced_calls(mp, limit)
+            xs = [x.clone().requires_grad_(True) for x in (q, k, v, g)]
+            o = nsa_attention(*xs, FINE)
+            o.backward(torch.ones_like(o))
+            got.append((o.detach(), *(x.grad for x in xs)))
+    assert sizes == [1, 1, 1]
+    for a, b in zip(*got, strict=True):
+        assert a is not None and b is not None and not b.isnan().any()
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_one_row_past_the_index_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v, g = make_inputs(1, 40, 2, 1, 16, torch.float32, seed=43)
+    per_row = _per_row(40, 2, 1, 16, FINE)
+    monkeypatch.setattr(nsa_attention_mod, "INDEX_LIMIT", per_row)
+    with pytest.raises(ValueError, match=f"one batch row needs {per_row:,} elements"):
+        nsa_attention(q, k, v, g, FINE)

@@ -657,3 +657,23 @@ def test_gpu_deferred_checks_still_refuse_bad_gates() -> None:
             nsa_attention(q, k, v, bad, cfg)
         with pytest.raises(ValueError, match=r"gates must lie in \[0, 1\]"):
             nsa_attention(q.clone().requires_grad_(), k, v, bad, cfg)
+
+
+def test_gpu_batch_past_2_to_the_31_elements_runs_in_slices() -> None:
+    """B 4, T 64k, paper heads: q holds 2^31 elements, so the last batch row's 32-bit offsets
+    would wrap in every forward kernel. nsa_attention slices the batch (attention.INDEX_LIMIT):
+    each row's output must equal that row computed alone. About 30 GB of device memory."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 40 * 2**30:
+        pytest.skip(f"needs ≈ 40 GiB of free device memory, {free / 2**30:.0f} GiB free")
+    gen = torch.Generator(device="cuda").manual_seed(44)
+    b, t, hq, hkv, d = 4, 65536, 64, 4, 128
+    q = torch.randn(b, t, hq, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    k = torch.randn(b, t, hkv, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    v = torch.randn(b, t, hkv, d, device="cuda", generator=gen, dtype=torch.bfloat16)
+    g = torch.rand(b, t, hq, 3, device="cuda", generator=gen)
+    assert q.numel() >= nsa_attention_mod.INDEX_LIMIT
+    out = nsa_attention(q, k, v, g, PAPER)
+    for i in (0, b - 1):  # the first row and the one whose offsets would wrap
+        alone = nsa_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], g[i : i + 1], PAPER)
+        assert torch.equal(out[i : i + 1], alone), i
