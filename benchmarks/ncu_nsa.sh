@@ -4,9 +4,11 @@
 # long it takes. One warm-up forward, then one profiled forward at T (default 65536), paper
 # config, Hq 64 / Hkv 4 / D 128, bf16, each kernel of it replayed under `--set full`.
 #   OUT=/tmp/ncu benchmarks/ncu_nsa.sh [T]
-# Writes $OUT/nsa_fwd.ncu-rep, its details page (ncu_details.txt) and a short per-kernel table
-# of the pipe and stall metrics (ncu_summary.txt, printed). Needs ncu with hardware counters:
-# the Firecracker machines have them, gVisor ones do not (the tool library's KINDS.md).
+# Writes $OUT/nsa_fwd.ncu-rep, its details page (ncu_details.txt), the SASS-level source page
+# of one kernel (ncu_source.csv; SOURCE_KERNEL, default the compressed Gluon kernel) and a
+# short per-kernel table of the pipe and stall metrics (ncu_summary.txt, printed). Needs ncu
+# with hardware counters: the Firecracker machines have them, gVisor ones do not (the tool
+# library's KINDS.md).
 # `--clock-control none`: the clocks stay as the timed benchmarks see them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,4 +42,10 @@ print(f"profiled one forward at T={t} on {torch.cuda.get_device_name()}")
 EOF
 "$NCU" -i "$OUT/nsa_fwd.ncu-rep" --page details >"$OUT/ncu_details.txt"
 "$NCU" -i "$OUT/nsa_fwd.ncu-rep" --page raw --csv >"$OUT/ncu_raw.csv"
+# Per-instruction samples (stall reasons by SASS line) of one kernel, to place its stalls:
+# run 91 found the compressed kernel's largest stall at CTA barriers but not which barrier.
+SOURCE_KERNEL=${SOURCE_KERNEL:-nsa_compressed_gluon_fwd_kernel}
+"$NCU" -i "$OUT/nsa_fwd.ncu-rep" --page source --print-source sass --csv \
+  --kernel-name "$SOURCE_KERNEL" >"$OUT/ncu_source.csv" ||
+  echo "ncu_nsa: no source page for $SOURCE_KERNEL (this ncu may lack --page source)" >&2
 "$PY" benchmarks/ncu_summary.py "$OUT/ncu_raw.csv" | tee "$OUT/ncu_summary.txt"
