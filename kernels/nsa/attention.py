@@ -243,14 +243,18 @@ def batch_rows_per_call(dims: NSADims) -> int | None:
 
 def _in_batch_slices(
     rows: int,
-    parts: tuple[torch.Tensor | None, ...],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gates: torch.Tensor,
     config: NSAConfig,
+    k_cmp: torch.Tensor | None,
+    v_cmp: torch.Tensor | None,
+    block_indices: torch.Tensor | None,
     return_aux: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, NSAAux]:
     """``nsa_attention`` on slices of ``rows`` batch rows, outputs and aux concatenated;
     gradients reach each slice through the concatenation."""
-    q, k, v, gates, k_cmp, v_cmp, block_indices = parts
-    assert q is not None and k is not None and v is not None and gates is not None
     outs: list[torch.Tensor] = []
     auxes: list[NSAAux] = []
     for i in range(0, q.shape[0], rows):
@@ -312,8 +316,9 @@ def nsa_attention(
     rows = batch_rows_per_call(dims) if fast else None
     if rows is not None:
         dims.settled()  # bad values are reported for the whole batch, before any slice runs
-        parts = (q, k, v, gates, k_cmp, v_cmp, block_indices)
-        return _in_batch_slices(rows, parts, config, return_aux)
+        return _in_batch_slices(
+            rows, q, k, v, gates, config, k_cmp, v_cmp, block_indices, return_aux
+        )
     if fast and _wants_grad(q, k, v, gates, k_cmp, v_cmp):
         # imported here: backward.py builds on this module's helpers (circular at import time)
         from kernels.nsa.backward import nsa_attention_trainable
