@@ -5,10 +5,10 @@
 # config, Hq 64 / Hkv 4 / D 128, bf16, each kernel of it replayed under `--set full`.
 #   OUT=/tmp/ncu benchmarks/ncu_nsa.sh [T]
 # Writes $OUT/nsa_fwd.ncu-rep, its details page (ncu_details.txt), the SASS-level source page
-# of one kernel (ncu_source.csv; SOURCE_KERNEL, default the compressed Gluon kernel) and a
-# short per-kernel table of the pipe and stall metrics (ncu_summary.txt, printed). Needs ncu
-# with hardware counters: the Firecracker machines have them, gVisor ones do not (the tool
-# library's KINDS.md).
+# of one kernel (ncu_source.csv and its summary ncu_source_summary.txt; SOURCE_KERNEL,
+# default the compressed Gluon kernel) and a short per-kernel table of the pipe and stall
+# metrics (ncu_summary.txt, printed). Needs ncu with hardware counters: the Firecracker
+# machines have them, gVisor ones do not (the tool library's KINDS.md).
 # `--clock-control none`: the clocks stay as the timed benchmarks see them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +45,12 @@ EOF
 # Per-instruction samples (stall reasons by SASS line) of one kernel, to place its stalls:
 # run 91 found the compressed kernel's largest stall at CTA barriers but not which barrier.
 SOURCE_KERNEL=${SOURCE_KERNEL:-nsa_compressed_gluon_fwd_kernel}
-"$NCU" -i "$OUT/nsa_fwd.ncu-rep" --page source --print-source sass --csv \
-  --kernel-name "$SOURCE_KERNEL" >"$OUT/ncu_source.csv" ||
+# Run 92 read it: the barrier stalls were idle padding warps, see ncu_summary.py --source.
+if "$NCU" -i "$OUT/nsa_fwd.ncu-rep" --page source --print-source sass --csv \
+  --kernel-name "$SOURCE_KERNEL" >"$OUT/ncu_source.csv"; then
+  "$PY" benchmarks/ncu_summary.py --source "$OUT/ncu_source.csv" --top 12 |
+    tee "$OUT/ncu_source_summary.txt"
+else
   echo "ncu_nsa: no source page for $SOURCE_KERNEL (this ncu may lack --page source)" >&2
+fi
 "$PY" benchmarks/ncu_summary.py "$OUT/ncu_raw.csv" | tee "$OUT/ncu_summary.txt"

@@ -62,3 +62,67 @@ def test_a_csv_without_kernels_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text('"ID","Kernel Name"\n')
     with pytest.raises(SystemExit, match="no metric rows"):
         main([str(path)])
+
+
+# the page's columns that matter, and a "(Not Issued)" one that must not count twice
+SOURCE_HEAD = [
+    "Address",
+    "Source",
+    "Warp Stall Sampling (All Samples)",
+    "Instructions Executed",
+    "stall_barrier",
+    "stall_wait",
+    "stall_barrier (Not Issued)",
+]
+
+
+def _source_csv(path: Path, rows: list[list[str]]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "nsa_compressed_gluon_fwd_kernel"])
+        w.writerow(SOURCE_HEAD)
+        w.writerows(rows)
+    return path
+
+
+def test_source_summary_splits_the_sass_at_each_partition_and_names_the_hottest(
+    tmp_path: Path, capsys
+) -> None:
+    """A consumer region (MMA, mostly waits) and an idle region parked at the join barrier:
+    each region's share and reasons, its hottest instruction and what precedes it."""
+    rows = [  # address, SASS, samples, executed, barrier, wait, barrier (not issued)
+        ["0x0", "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8", "0", "2", "0", "0", "0"],
+        ["0x10", "HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ", "10", "2", "0", "10", "0"],
+        ["0x18", "@!P0 FADD R2, R3, R4", "0", "6", "0", "0", "0"],
+        ["0x20", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "20", "2", "15", "5", "3"],
+        ["0x30", "USETMAXREG.DEALLOC.CTAPOOL 0x18", "0", "1", "0", "0", "0"],
+        ["0x40", "BAR.SYNC.DEFER_BLOCKING 0x1", "0", "1", "0", "0", "0"],
+        ["0x50", "NOP", "70", "1", "70", "0", "70"],
+    ]
+    path = _source_csv(tmp_path / "source.csv", rows)
+    assert main(["--source", str(path), "--top", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "== nsa_compressed_gluon_fwd_kernel: 100 samples over 7 SASS instructions"
+    assert out[1] == (
+        "   SASS [0, 4): 30.0 % of samples, 1 MMA; barrier 50%, wait 50%; "
+        "hottest WARPGROUP.DEPBAR.LE gsb0, 0x0 (after @!P0 FADD R2, R3, R4)"
+    )
+    # the predicated FADD counts as FADD; the idle region gets no such line
+    assert out[2] == "      executed: FADD 50%, HGMMA 17%"  # --top 2; ties by name
+    assert out[3] == (
+        "   SASS [4, 7): 70.0 % of samples, 0 MMA; barrier 100%; "
+        "hottest NOP (after BAR.SYNC.DEFER_BLOCKING 0x1)"
+    )
+    assert out[4] == "   hottest instructions:"
+    assert out[5].split()[:3] == ["6", "70.00", "%"] and out[5].endswith("barrier 100%")
+    assert out[6].split()[0] == "3" and out[6].endswith("barrier 75%, wait 25%")
+
+
+def test_source_summary_refuses_a_raw_page_or_an_unsampled_kernel(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.csv"
+    raw.write_text('"ID","Kernel Name"\n"","ms"\n"0","k"\n')
+    with pytest.raises(SystemExit, match="not a source page"):
+        main(["--source", str(raw)])
+    empty = _source_csv(tmp_path / "source.csv", [["0x0", "NOP", "0", "1", "0", "0", "0"]])
+    with pytest.raises(SystemExit, match="no warp-stall samples"):
+        main(["--source", str(empty)])
