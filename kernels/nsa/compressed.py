@@ -702,6 +702,12 @@ COMPRESSED_IMPLS["g2p4"] = _gluon(pipe=True, stages=4)
 # g2p8 (the default since run 86): g2p with the q·k̃_lo product in e4m3: logits within
 # ≈ 2^-15 instead of ≈ 2^-22; nsa_near_ties.py --lo fp8 measured the top-n it keeps.
 COMPRESSED_IMPLS["g2p8"] = _gluon(pipe=True, stages=3, lo_fp8=True)
+# g3h8 (opt-in, not yet timed): g2p8's arithmetic with three consumer warpgroups a program,
+# each waiting on its own products (no intra-warpgroup pipelining: with it a consumer needs
+# more than the 152 registers a third warpgroup leaves). Run 92's source page found g2p8's
+# consumers bound by their instruction latencies at two warps a scheduler, and three idle
+# warps padding each program: g3h8 gives those slots a third consumer.
+COMPRESSED_IMPLS["g3h8"] = _gluon(pipe=False, stages=3, lo_fp8=True, consumers=3)
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

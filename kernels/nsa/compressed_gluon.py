@@ -32,7 +32,10 @@ Triton, 0.99-1.11 in Gluon):
   own that is scaled back and added. The logits then hold ≈ 2^-15 of a logit's scale
   instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
   (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split).
-  Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3.
+  Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3;
+* with ``CONSUMERS`` = 3 (variant g3h8, opt-in and not yet timed) a program has three
+  consumer warpgroups, for the latency the profile below found, without ``PIPE``: a
+  pipelining consumer needs more registers than the 152 a third warpgroup leaves.
 
 Where its time goes (Nsight Compute's source page, run 92, one H100, 64k): the two consumer
 warpgroups stall on their own instruction chains (fixed-latency waits, MUFU and shuffle
@@ -378,8 +381,10 @@ def nsa_compressed_gluon_fwd_kernel(
     T, TC, TS, HKV, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     STAGES: gl.constexpr, SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr,
+    CONSUMERS: gl.constexpr = 2,
 ):  # fmt: skip
-    """One program: 2 × (64 / G) positions × the G query heads of one (batch, KV head)."""
+    """One program: CONSUMERS × (64 / G) positions × the G query heads of one (batch, KV
+    head), one consumer warpgroup each."""
     BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
     DK: gl.constexpr = kh_desc.block_type.shape[1]
     DV: gl.constexpr = v_desc.block_type.shape[1]
@@ -388,8 +393,8 @@ def nsa_compressed_gluon_fwd_kernel(
     pid_bg = gl.program_id(1)
     b = pid_bg // HKV
     g = pid_bg % HKV
-    t0 = pid_t * (2 * BT)
-    t_last = gl.minimum(t0 + 2 * BT - 1, T - 1)
+    t0 = pid_t * (CONSUMERS * BT)
+    t_last = gl.minimum(t0 + CONSUMERS * BT - 1, T - 1)
     num = t_last + 1 - L_CMP
     n_vis = gl.minimum(gl.where(num >= 0, num // D_STRIDE + 1, 0), TC)
     n1 = gl.cdiv(n_vis, BLOCK_C)
@@ -401,7 +406,7 @@ def nsa_compressed_gluon_fwd_kernel(
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(empty.index(i), count=CONSUMERS)
 
     # Runtime values travel in tuples; constexprs go in the literal argument tuples (a tuple
     # held in a variable reaches a worker partition as tensors).
@@ -409,20 +414,43 @@ def nsa_compressed_gluon_fwd_kernel(
     src = (q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr)
     out = (o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t)
     dst = (sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS)
-    gl.warp_specialize(
-        [
-            (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
-                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES, PIPE,
-                             LO_FP8)),
-            (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
-                             G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES, PIPE,
-                             LO_FP8)),
-            (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
-                           BLOCK_C, STAGES)),
-        ],
-        [4, 1],
-        [232, 24],
-    )  # fmt: skip
+    if CONSUMERS == 3:
+        # Three consumer warpgroups (variant g3h8): three warps a scheduler to hide the
+        # softmax's and the block scores' instruction latencies instead of two. The register
+        # file then holds 16 warps (13 padded): the default partition gets what the two
+        # worker consumers (152 each) and the loader leave, 184.
+        gl.warp_specialize(
+            [
+                (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
+                                 G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
+                                 PIPE, LO_FP8)),
+                (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
+                                 G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
+                                 PIPE, LO_FP8)),
+                (_cmp_consumer, (bufs, src, dst, out, t0 + 2 * BT, n1, n_vis, TC, qk_scale,
+                                 G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
+                                 PIPE, LO_FP8)),
+                (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
+                               BLOCK_C, STAGES)),
+            ],
+            [4, 4, 1],
+            [152, 152, 24],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
+                                 G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
+                                 PIPE, LO_FP8)),
+                (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
+                                 G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
+                                 PIPE, LO_FP8)),
+                (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
+                               BLOCK_C, STAGES)),
+            ],
+            [4, 1],
+            [232, 24],
+        )  # fmt: skip
 
 
 def _lo_fp8(lo: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -477,6 +505,7 @@ def compressed_gluon(
     pipe: bool = False,
     lo_fp8: bool = False,
     topn_form: str | None = None,
+    consumers: int = 2,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -485,10 +514,13 @@ def compressed_gluon(
     ``lo_fp8``: the lo product in e4m3 (q and k̃'s lo part each under a power-of-two scale),
     at twice the fp16 rate; logits within ≈ 2^-15 instead of ≈ 2^-22.
     ``topn_form``: the top-n kernel's form (``topn.TOPN_FORMS``; None: its default).
+    ``consumers``: consumer warpgroups a program, 2 or 3 (3: 64 / G more positions a program).
     """
     why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
     if why is not None:
         raise ValueError(why)
+    if consumers not in (2, 3):
+        raise ValueError(f"consumers must be 2 or 3 warpgroups, got {consumers}")
     assert kc_lo is not None
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -515,7 +547,7 @@ def compressed_gluon(
     gv = gl.float16 if vc.dtype == torch.float16 else gl.bfloat16
     v_layout = gl.NVMMASharedLayout.get_default_for([block_c, dv], gv)
     bt = 64 // g
-    grid = (triton.cdiv(t, 2 * bt), b * hkv)
+    grid = (triton.cdiv(t, consumers * bt), b * hkv)
     nsa_compressed_gluon_fwd_kernel[grid](
         q,
         TensorDescriptor.from_tensor(kh2, [block_c, dk], k_layout),
@@ -528,7 +560,8 @@ def compressed_gluon(
         sa.stride(0), sa.stride(1), sa.stride(2),
         t, tc, ts, hkv, scale * _LOG2E,
         G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
-        STAGES=stages, SCORES=want_indices, PIPE=pipe, LO_FP8=lo_fp8, num_warps=4,
+        STAGES=stages, SCORES=want_indices, PIPE=pipe, LO_FP8=lo_fp8, CONSUMERS=consumers,
+        num_warps=4,
     )  # fmt: skip
     if not want_indices:
         return o, lse, None
