@@ -409,7 +409,9 @@ def nsa_compressed_gluon_fwd_kernel(
         mbarrier.init(empty.index(i), count=CONSUMERS)
 
     # Runtime values travel in tuples; constexprs go in the literal argument tuples (a tuple
-    # held in a variable reaches a worker partition as tensors).
+    # held in a variable reaches a worker partition as tensors). That is also why the two
+    # warp_specialize calls below spell out their consumer entries each: they cannot be built
+    # once and shared.
     bufs = (kh_smem, kl_smem, v_smem, ready, empty)
     src = (q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr)
     out = (o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t)
