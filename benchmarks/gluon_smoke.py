@@ -89,6 +89,8 @@ KERNELS: dict[str, tuple[Callable[[], dict[str, float]], float]] = {
     "nsa compressed g2p4": (_compressed("g2p4"), 1e-4),
     "nsa compressed g2p8": (_compressed("g2p8"), 1e-3),  # the lo product in e4m3
     "nsa compressed g3h8": (_compressed("g3h8"), 1e-3),  # three consumer warpgroups
+    "nsa compressed g2p8s": (_compressed("g2p8s"), 1e-3),  # packed block-score head sums
+    "nsa compressed g3h8s": (_compressed("g3h8s"), 1e-3),  # both
     "nsa window+combine g1": (_window, 1e-2),
 }
 

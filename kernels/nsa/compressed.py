@@ -708,6 +708,14 @@ COMPRESSED_IMPLS["g2p8"] = _gluon(pipe=True, stages=3, lo_fp8=True)
 # consumers bound by their instruction latencies at two warps a scheduler, and three idle
 # warps padding each program: g3h8 gives those slots a third consumer.
 COMPRESSED_IMPLS["g3h8"] = _gluon(pipe=False, stages=3, lo_fp8=True, consumers=3)
+# g2p8s (opt-in, not yet timed): g2p8 with pass 2's block scores weighted within each lane
+# before the head sum, half the lane shuffles (SHFL was 10 % of g2p8's consumer instructions
+# in run 92); G 16, l′/d 4 and l ≤ 3d (the paper's) only, other shapes as g2p8.
+COMPRESSED_IMPLS["g2p8s"] = _gluon(pipe=True, stages=3, lo_fp8=True, packed_scores=True)
+# g3h8s (opt-in, not yet timed): both, so one timing run tells whether they add up.
+COMPRESSED_IMPLS["g3h8s"] = _gluon(
+    pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True
+)
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

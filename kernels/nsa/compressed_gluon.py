@@ -33,6 +33,8 @@ Triton, 0.99-1.11 in Gluon):
   instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
   (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split).
   Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3;
+* with ``SCORES`` = 2 (variant g2p8s, opt-in and not yet timed) pass 2's block scores are
+  weighted within each lane before the head sum, so it shuffles 8 values a lane instead of 16;
 * with ``CONSUMERS`` = 3 (variant g3h8, opt-in and not yet timed) a program has three
   consumer warpgroups, for the latency the profile below found, without ``PIPE``: a
   pipelining consumer needs more registers than the 152 a third warpgroup leaves.
@@ -103,30 +105,115 @@ def _visible(t0, c0, n_vis, G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.c
 
 
 @gluon.jit
-def _block_scores(p, dst, t0, c0, G: gl.constexpr, RATIO: gl.constexpr,
-                  L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, BLOCK_C: gl.constexpr):  # fmt: skip
-    """ω-banded group sums of one tile's probabilities into SA (own block) and SB (next)."""
-    sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
-    BT: gl.constexpr = 64 // G
-    BS: gl.constexpr = BLOCK_C // RATIO
-    pg = gl.sum(gl.reshape(p, [BT, G, BLOCK_C]), axis=1)  # head sum per position
-    p4 = gl.reshape(pg, [BT, BS, RATIO])
-    lay: gl.constexpr = p4.type.layout
-    r = gl.arange(0, RATIO, layout=gl.SliceLayout(0, gl.SliceLayout(0, lay)))
-    # ω(jL + r, j) and ω(jL + r, j + 1), in units of d
+def _omega(r, RATIO: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr):
+    """ω(jL + r, j) and ω(jL + r, j + 1) in units of d: how much of compressed block jL + r
+    falls in selection block j and in j + 1."""
     wa = (gl.minimum(r * D_STRIDE + L_CMP, RATIO * D_STRIDE) - r * D_STRIDE).to(gl.float32)
     wb = gl.maximum(r * D_STRIDE + L_CMP - RATIO * D_STRIDE, 0).to(gl.float32)
-    wa = gl.expand_dims(gl.expand_dims(wa / D_STRIDE, 0), 0)
-    wb = gl.expand_dims(gl.expand_dims(wb / D_STRIDE, 0), 0)
-    sa = gl.sum(p4 * wa, axis=2)  # [BT, BS]
-    sb = gl.sum(p4 * wb, axis=2)
-    out_l: gl.constexpr = sa.type.layout
-    tt = t0 + gl.arange(0, BT, layout=gl.SliceLayout(1, out_l))
-    jj = c0 // RATIO + gl.arange(0, BS, layout=gl.SliceLayout(0, out_l))
-    mask = gl.expand_dims(tt < T, 1) & gl.expand_dims(jj < TS, 0)
-    off = b * ss_b + g * ss_h + gl.expand_dims(tt * ss_t, 1) + gl.expand_dims(jj, 0)
-    gl.store(sa_ptr + off, sa, mask=mask)
-    gl.store(sb_ptr + off, sb, mask=mask)
+    return wa / D_STRIDE, wb / D_STRIDE
+
+
+@gluon.jit
+def _block_scores(p, dst, t0, c0, G: gl.constexpr, RATIO: gl.constexpr,
+                  L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, BLOCK_C: gl.constexpr,
+                  SCORES: gl.constexpr):  # fmt: skip
+    """ω-banded group sums of one tile's probabilities into SA (own block) and SB (next)."""
+    # packed: the paper's shape, where only a block's last pair of compressed blocks spills
+    # into the next selection block (ω(jL + r, j + 1) = 0 for r < 2)
+    if SCORES == 2 and G == 16 and RATIO == 4 and L_CMP <= 3 * D_STRIDE:
+        _block_scores_packed(p, dst, t0, c0, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+    else:
+        sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
+        BT: gl.constexpr = 64 // G
+        BS: gl.constexpr = BLOCK_C // RATIO
+        pg = gl.sum(gl.reshape(p, [BT, G, BLOCK_C]), axis=1)  # head sum per position
+        p4 = gl.reshape(pg, [BT, BS, RATIO])
+        lay: gl.constexpr = p4.type.layout
+        r = gl.arange(0, RATIO, layout=gl.SliceLayout(0, gl.SliceLayout(0, lay)))
+        wa, wb = _omega(r, RATIO, L_CMP, D_STRIDE)
+        wa = gl.expand_dims(gl.expand_dims(wa, 0), 0)
+        wb = gl.expand_dims(gl.expand_dims(wb, 0), 0)
+        sa = gl.sum(p4 * wa, axis=2)  # [BT, BS]
+        sb = gl.sum(p4 * wb, axis=2)
+        out_l: gl.constexpr = sa.type.layout
+        tt = t0 + gl.arange(0, BT, layout=gl.SliceLayout(1, out_l))
+        jj = c0 // RATIO + gl.arange(0, BS, layout=gl.SliceLayout(0, out_l))
+        mask = gl.expand_dims(tt < T, 1) & gl.expand_dims(jj < TS, 0)
+        off = b * ss_b + g * ss_h + gl.expand_dims(tt * ss_t, 1) + gl.expand_dims(jj, 0)
+        gl.store(sa_ptr + off, sa, mask=mask)
+        gl.store(sb_ptr + off, sb, mask=mask)
+
+
+@gluon.jit
+def _lane_xor(x, MASK: gl.constexpr):
+    """Each lane's partner's value of the same element: partner = lane xor MASK (1, 4, 8 or
+    16). Gluon has no shuffle of its own; the packed block scores need one whose partner is
+    chosen by lane, not by a tensor axis."""
+    if MASK == 1:
+        asm: gl.constexpr = "shfl.sync.bfly.b32 $0, $1, 1, 0x1f, -1;"
+    elif MASK == 4:
+        asm: gl.constexpr = "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, -1;"
+    elif MASK == 8:
+        asm: gl.constexpr = "shfl.sync.bfly.b32 $0, $1, 8, 0x1f, -1;"
+    else:
+        gl.static_assert(MASK == 16)
+        asm: gl.constexpr = "shfl.sync.bfly.b32 $0, $1, 16, 0x1f, -1;"
+    y = gl.inline_asm_elementwise(
+        asm, "=r,r", [x.to(gl.int32, bitcast=True)], dtype=gl.int32, is_pure=True, pack=1
+    )
+    return y.to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _block_scores_packed(p, dst, t0, c0, RATIO: gl.constexpr, L_CMP: gl.constexpr,
+                         D_STRIDE: gl.constexpr, BLOCK_C: gl.constexpr):  # fmt: skip
+    """_block_scores for G = 16 and l′/d = 4 (the paper's) with half the lane shuffles
+    (variant g2p8s, opt-in, not yet timed; run 92 found SHFL 10 % of the consumers'
+    instructions, and the head sums the largest share of pass 2's).
+
+    A wgmma accumulator row is held by the four lanes of a quad, two consecutive columns a
+    lane in each group of 8, so a selection block (4 columns) spans a lane pair. Instead of
+    summing every column over the 16 heads (16 values a lane through 3 butterfly rounds) and
+    weighting after, each lane weights its own two columns first; its pair partner's sa part
+    comes over with one exchange; then the even lane of a pair carries the block's SA and the
+    odd lane its SB through the head sum: 8 values a lane. Same sums, added in another order
+    (fp32 last bits differ from g2p8's)."""
+    sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
+    NP: gl.constexpr = BLOCK_C // 2  # column pairs
+    # rows: (warp = position) × (register half h, quad l) = head 8h + l; the two heads of a
+    # lane are in its registers, so they are summed first with no exchange
+    ph = gl.sum(gl.reshape(p, [4, 2, 8, BLOCK_C]), axis=1)  # [4, 8, BLOCK_C]
+    e0, e1 = gl.split(gl.reshape(ph, [4, 8, NP, 2]))  # a lane's two columns, [4, 8, NP] each
+    lay: gl.constexpr = e0.type.layout
+    pair = gl.arange(0, NP, layout=gl.SliceLayout(0, gl.SliceLayout(0, lay)))
+    r0 = (2 * pair) % RATIO  # the pair's first column's place in its block
+    wa0, wb0 = _omega(r0, RATIO, L_CMP, D_STRIDE)
+    wa1, wb1 = _omega(r0 + 1, RATIO, L_CMP, D_STRIDE)
+    a = e0 * _per_pair(wa0) + e1 * _per_pair(wa1)
+    sb = e0 * _per_pair(wb0) + e1 * _per_pair(wb1)
+    # pair index bit 0 is lane bit 0 (column bit 1): the xor-1 partner holds the block's other
+    # pair. Even: the block's whole sa part; odd: its own sb part.
+    odd = _per_pair((pair % 2) == 1)
+    v = gl.where(odd, sb, a + _lane_xor(a, 1))
+    # the 8 quads' heads: lane bits 2-4
+    v = v + _lane_xor(v, 4)
+    v = v + _lane_xor(v, 8)
+    v = v + _lane_xor(v, 16)
+    pos = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, lay)))
+    quad = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, lay)))
+    tt = gl.expand_dims(gl.expand_dims(t0 + pos, 1), 2)
+    jj = _per_pair(c0 // RATIO + pair // 2)
+    # every quad now holds the sums; quad 0 stores them
+    q3 = gl.expand_dims(gl.expand_dims(quad, 0), 2)
+    mask = (tt < T) & (jj < TS) & (q3 == 0)
+    off = b * ss_b + g * ss_h + tt * ss_t + jj + q3 * 0  # [4, 8, NP], as v
+    gl.store(gl.where(odd, sb_ptr, sa_ptr) + off, v, mask=mask)
+
+
+@gluon.jit
+def _per_pair(x):
+    """[NP] → [1, 1, NP], beside _block_scores_packed's [4, 8, NP] tiles."""
+    return gl.expand_dims(gl.expand_dims(x, 0), 0)
 
 
 @gluon.jit
@@ -311,7 +398,7 @@ def _cmp_consumer(
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
             l2 += gl.sum(p, 1)
             if SCORES:
-                _block_scores(p, dst, t0, 0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+                _block_scores(p, dst, t0, 0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C, SCORES)
             p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
             for u in range(1, n1):
                 uu = n1 + u
@@ -334,7 +421,7 @@ def _cmp_consumer(
                               G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
                 l2 += gl.sum(p, 1)
                 if SCORES:
-                    _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+                    _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C, SCORES)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
                 mbarrier.arrive(empty.index(pst), count=1)
                 p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
@@ -356,7 +443,7 @@ def _cmp_consumer(
             p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
             acc = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
             if SCORES:  # on the CUDA cores while p·ṽ runs
-                _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C)
+                _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C, SCORES)
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(empty.index(st), count=1)
 
@@ -384,7 +471,8 @@ def nsa_compressed_gluon_fwd_kernel(
     CONSUMERS: gl.constexpr = 2,
 ):  # fmt: skip
     """One program: CONSUMERS × (64 / G) positions × the G query heads of one (batch, KV
-    head), one consumer warpgroup each."""
+    head), one consumer warpgroup each. SCORES: 0 none, 1 the block scores, 2 the same with
+    the packed head sums (``_block_scores_packed``: G 16, l′/d 4 and l ≤ 3d only)."""
     BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
     DK: gl.constexpr = kh_desc.block_type.shape[1]
     DV: gl.constexpr = v_desc.block_type.shape[1]
@@ -508,6 +596,7 @@ def compressed_gluon(
     lo_fp8: bool = False,
     topn_form: str | None = None,
     consumers: int = 2,
+    packed_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -517,6 +606,8 @@ def compressed_gluon(
     at twice the fp16 rate; logits within ≈ 2^-15 instead of ≈ 2^-22.
     ``topn_form``: the top-n kernel's form (``topn.TOPN_FORMS``; None: its default).
     ``consumers``: consumer warpgroups a program, 2 or 3 (3: 64 / G more positions a program).
+    ``packed_scores``: the block scores' head sums with half the lane shuffles where G is 16,
+    l′/d 4 and l ≤ 3d, as the paper's (``_block_scores_packed``); the usual sums otherwise.
     """
     why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
     if why is not None:
@@ -562,7 +653,8 @@ def compressed_gluon(
         sa.stride(0), sa.stride(1), sa.stride(2),
         t, tc, ts, hkv, scale * _LOG2E,
         G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
-        STAGES=stages, SCORES=want_indices, PIPE=pipe, LO_FP8=lo_fp8, CONSUMERS=consumers,
+        STAGES=stages, SCORES=(2 if packed_scores else 1) if want_indices else 0, PIPE=pipe,
+        LO_FP8=lo_fp8, CONSUMERS=consumers,
         num_warps=4,
     )  # fmt: skip
     if not want_indices:

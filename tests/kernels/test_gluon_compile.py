@@ -109,6 +109,9 @@ def _g2h_signature(d: int, out_dtype: str, lo_fp8: bool = False) -> dict[str, st
         (128, 16, 3, False, "fp32", True, True),
         (64, 64, 3, True, "fp16", False, True),
         (128, 1, 4, True, "fp32", False, True),
+        (128, 16, 3, 2, "fp16", True, True),  # g2p8s: the packed block scores
+        (64, 16, 3, 2, "fp32", True, True),
+        (128, 4, 3, 2, "fp16", True, True),  # G 4: g2p8s takes the usual sums
     ],
 )
 def test_nsa_compressed_kernel_compiles_for_hopper(
@@ -138,7 +141,8 @@ def test_nsa_compressed_kernel_compiles_for_hopper(
 @pytest.mark.parametrize(
     ("d", "group", "scores", "out_dtype"),
     [(128, 16, True, "fp16"), (128, 16, False, "fp32"), (128, 1, True, "fp32"),
-     (128, 4, True, "fp16"), (128, 64, True, "fp16"), (64, 16, True, "fp16")],
+     (128, 4, True, "fp16"), (128, 64, True, "fp16"), (64, 16, True, "fp16"),
+     (128, 16, 2, "fp16")],  # g3h8s: and the packed block scores
 )  # fmt: skip
 def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(d, group, scores, out_dtype):
     """g3h8: three consumer warpgroups leave the two worker ones 152 registers, and they spill
