@@ -88,6 +88,12 @@ EXECUTED = "Instructions Executed"
 SOURCE_STALL = re.compile(r"^stall_(\w+)$")  # "stall_x (Not Issued)" columns do not match
 
 
+def _shares(by: dict[str, float], total: float, top: int, floor: float) -> str:
+    """The ``top`` largest of ``by`` (at least ``floor``; ties by name) as % of ``total``."""
+    found = sorted((-v, k) for k, v in by.items() if v >= floor and v > 0)[:top]
+    return ", ".join(f"{k} {-v / total * 100:.0f}%" for v, k in found)
+
+
 def _reasons(rows: list[dict[str, str]], total: float, top: int) -> str:
     """The main stall reasons of some instructions, as % of their samples (≥ 0.5 %)."""
     by: dict[str, float] = {}
@@ -96,8 +102,7 @@ def _reasons(rows: list[dict[str, str]], total: float, top: int) -> str:
             m = SOURCE_STALL.match(col or "")
             if m:
                 by[m.group(1)] = by.get(m.group(1), 0.0) + (number(text) or 0.0)
-    found = sorted((-v, k) for k, v in by.items() if v >= total / 200)[:top]  # ties by name
-    return ", ".join(f"{k} {-v / total * 100:.0f}%" for v, k in found)
+    return _shares(by, total, top, total / 200)
 
 
 def _opcode_mix(rows: list[dict[str, str]], sass: list[str], top: int) -> str:
@@ -112,8 +117,7 @@ def _opcode_mix(rows: list[dict[str, str]], sass: list[str], top: int) -> str:
             op = words[0].split(".")[0]
             by[op] = by.get(op, 0.0) + (number(row.get(EXECUTED, "")) or 0.0)
     total = sum(by.values())
-    found = sorted((-v, k) for k, v in by.items() if v > 0)[:top]
-    return ", ".join(f"{k} {-v / total * 100:.0f}%" for v, k in found) if total else "-"
+    return _shares(by, total, top, 0.0) if total else "-"
 
 
 def summarise_source(name: str, rows: list[dict[str, str]], top: int) -> str:
