@@ -96,6 +96,14 @@ def our_commit() -> str:
     return commit(REPO)
 
 
+def our_variants() -> str:
+    """The kernel variant each branch of ours runs (defaults, or KGRADE_NSA_* overrides), so a
+    table timed with an opt-in variant says so."""
+    from kernels.nsa.attention import DEFAULT_VARIANTS, variant
+
+    return ", ".join(f"{b} {variant(b)}" for b in DEFAULT_VARIANTS)
+
+
 def third_party_commit(folder: Path) -> str:
     """The commit others_setup.sh exported (its COMMIT file), else the folder's git HEAD."""
     stamp = folder / "COMMIT"
@@ -544,7 +552,7 @@ def run(args: argparse.Namespace) -> None:
     if not cuda:
         cpu_interpreter_shims()
     impls = load_impls(args.impls, windows, cuda)
-    print(f"commit ours {our_commit()}")
+    print(f"commit ours {our_commit()} ({our_variants()})")
     for impl in impls:
         if impl.key != "ours":
             print(f"commit {impl.label.strip()}: {impl.commit}")
@@ -664,7 +672,7 @@ def print_table(
     timing = "CUDA-event medians" if cuda else "one wall-clock call each (interpreter)"
     print(
         f"\n## NSA side by side, B=1 Hq={args.hq} Hkv={args.hkv} D={args.dim} {args.dtype}, paper "
-        f"config; ms ({timing}); ours {our_commit()}"
+        f"config; ms ({timing}); ours {our_commit()} ({our_variants()})"
     )
 
     def tk(t: int) -> str:
