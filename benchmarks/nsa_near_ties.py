@@ -20,10 +20,13 @@ the kernel's part; bf16 the first measurement's), and prints
 ``--lo`` adds a lo part back the way a kernel could compute it: ``fp16`` as the kernel does
 today (hi + lo, two fp16 dots), ``fp8`` as a cheaper dot would (k̃'s lo part and q both
 rounded to fp8 e4m3 under a power-of-two scale, the product accumulated in fp32): whether
-an fp8 lo dot keeps the choice as exact as the fp16 one.
+an fp8 lo dot keeps the choice as exact as the fp16 one. ``--lse hi`` models the kernel's two
+passes more closely: each head's softmax normaliser from the hi product alone (pass 1), the
+probabilities' numerators from hi + lo (pass 2).
 
     .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 2048 4096
     .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 4096 --lo fp8
+    .venv/bin/python benchmarks/nsa_near_ties.py --device cpu --seqs 16384 --lo fp8 --lse hi
     python benchmarks/nsa_near_ties.py --seqs 16384 65536          # on the GPU machine
 """
 
@@ -64,11 +67,14 @@ def row_scores(
     seq: int,
     dtype: torch.dtype,
     lo: tuple[torch.Tensor, torch.Tensor] | None = None,
+    lse_hi: bool = False,
 ) -> torch.Tensor:
     """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions) as the naive reference
     makes them (forced blocks +inf, ineligible -inf), in ``dtype``; q [T, Hq, D] bf16, kc
     [Tc, Hkv, D] (fp32, or its hi part); ``lo``: (q as the lo dot reads it [T, Hq, D], k̃'s
-    lo part [Tc, Hkv, D]), a second product added to the logits."""
+    lo part [Tc, Hkv, D]), a second product added to the logits; ``lse_hi``: each head's
+    softmax normaliser (the kernel's pass 1) from the hi product alone, its numerators (pass 2)
+    from hi + lo."""
     hq, d = q.shape[1], q.shape[2]
     hkv, tc = kc.shape[1], kc.shape[0]
     scale = cfg.scale if cfg.scale is not None else d**-0.5
@@ -77,10 +83,16 @@ def row_scores(
         qr = qq[rows].to(dtype).permute(1, 0, 2)  # [Hq, R, D]
         return torch.bmm(qr, kk.to(dtype).repeat_interleave(hq // hkv, dim=1).permute(1, 2, 0))
 
-    logits = dot(q, kc) if lo is None else dot(q, kc) + dot(*lo)
+    hi = dot(q, kc)
+    logits = hi if lo is None else hi + dot(*lo)
     i = torch.arange(tc, device=q.device)
     visible = (i[None, :] * cfg.cmp_stride + cfg.cmp_block - 1) <= rows[:, None]  # [R, Tc]
     p, _ = _masked_softmax(scale * logits, visible)  # [Hq, R, Tc]
+    if lse_hi:  # p · exp(lse − lse_hi): the numerators kept, the normaliser pass 1's
+        _, lse = _masked_softmax(scale * logits, visible)
+        _, lse1 = _masked_softmax(scale * hi, visible)
+        shift = torch.where(torch.isfinite(lse), lse - lse1, torch.zeros_like(lse))
+        p = p * torch.exp(shift)[..., None]
     return block_scores(p[None], seq, hkv, cfg, pos=rows)[0]  # [R, Hkv, Ts]
 
 
@@ -107,7 +119,7 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     for start in range(first, seq, args.chunk):
         rows = torch.arange(start, min(seq, start + args.chunk), device=dev)
         exact = row_scores(q, kc, rows, cfg, seq, torch.float64)
-        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32, lo).double()
+        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32, lo, args.lse == "hi").double()
         top_e = exact.topk(n, dim=-1)
         top_h = hi.topk(n, dim=-1).indices.sort(dim=-1).values
         differ += int((top_e.indices.sort(dim=-1).values != top_h).any(-1).sum())
@@ -142,6 +154,13 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--hi", choices=list(HI_DTYPES), default="fp16", help="k̃'s hi part")
     ap.add_argument("--lo", choices=LO_PARTS, default="none", help="k̃'s lo part, and its dot")
+    ap.add_argument(
+        "--lse",
+        choices=["same", "hi"],
+        default="same",
+        help="hi: each head's softmax normaliser from the hi product alone (a pass 1 without "
+        "the lo dot), the probabilities' numerators from hi + lo",
+    )
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu (small --seqs)")
@@ -149,7 +168,7 @@ def main() -> None:
     print(
         f"# nsa_near_ties.py, commit {commit()}, {args.device}, Hq {args.hq} / Hkv {args.hkv} / "
         f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}, "
-        f"hi part {args.hi}, lo part {args.lo}"
+        f"hi part {args.hi}, lo part {args.lo}, normaliser from {args.lse}"
     )
     print(
         "| T | rows x KV heads decided | top-n differs | worst score error "
