@@ -702,17 +702,22 @@ COMPRESSED_IMPLS["g2p4"] = _gluon(pipe=True, stages=4)
 # g2p8 (the default since run 86): g2p with the q·k̃_lo product in e4m3: logits within
 # ≈ 2^-15 instead of ≈ 2^-22; nsa_near_ties.py --lo fp8 measured the top-n it keeps.
 COMPRESSED_IMPLS["g2p8"] = _gluon(pipe=True, stages=3, lo_fp8=True)
-# g3h8 (opt-in, not yet timed): g2p8's arithmetic with three consumer warpgroups a program,
+# Run 93 (2026-12-06, one H100, 64k, paper config, one process) timed the three below beside
+# g2p8: the whole forward 40.96 ms with g2p8, 40.73 g3h8, 39.81 g2p8s, 39.47 g3h8s (0.964 of
+# g2p8's; its top-n 99.989 % equal to v1's against g2p8's 99.990 %). g3h8s is the default-to-be
+# once test_gpu_nsa.py has passed with it (perf.md, session log "2026-12-06 (third)").
+# g3h8 (opt-in): g2p8's arithmetic with three consumer warpgroups a program,
 # each waiting on its own products (no intra-warpgroup pipelining: with it a consumer needs
 # more than the 152 registers a third warpgroup leaves). Run 92's source page found g2p8's
 # consumers bound by their instruction latencies at two warps a scheduler, and three idle
 # warps padding each program: g3h8 gives those slots a third consumer.
 COMPRESSED_IMPLS["g3h8"] = _gluon(pipe=False, stages=3, lo_fp8=True, consumers=3)
-# g2p8s (opt-in, not yet timed): g2p8 with pass 2's block scores weighted within each lane
+# g2p8s (opt-in): g2p8 with pass 2's block scores weighted within each lane
 # before the head sum, half the lane shuffles (SHFL was 10 % of g2p8's consumer instructions
 # in run 92); G 16, l′/d 4 and l ≤ 3d (the paper's) only, other shapes as g2p8.
 COMPRESSED_IMPLS["g2p8s"] = _gluon(pipe=True, stages=3, lo_fp8=True, packed_scores=True)
-# g3h8s (opt-in, not yet timed): both, so one timing run tells whether they add up.
+# g3h8s (opt-in): both; they add up (compressed branch 18.72 ms against g2p8's 20.09,
+# g2p8s's 19.12 and g3h8's 19.62).
 COMPRESSED_IMPLS["g3h8s"] = _gluon(
     pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True
 )

@@ -33,11 +33,12 @@ Triton, 0.99-1.11 in Gluon):
   instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
   (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split).
   Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3;
-* with ``SCORES`` = 2 (variant g2p8s, opt-in and not yet timed) pass 2's block scores are
-  weighted within each lane before the head sum, so it shuffles 8 values a lane instead of 16;
-* with ``CONSUMERS`` = 3 (variant g3h8, opt-in and not yet timed) a program has three
-  consumer warpgroups, for the latency the profile below found, without ``PIPE``: a
-  pipelining consumer needs more registers than the 152 a third warpgroup leaves.
+* with ``SCORES`` = 2 (variant g2p8s, opt-in) pass 2's block scores are weighted within each
+  lane before the head sum, so it shuffles 8 values a lane instead of 16;
+* with ``CONSUMERS`` = 3 (variant g3h8, opt-in) a program has three consumer warpgroups, for
+  the latency the profile below found, without ``PIPE``: a pipelining consumer needs more
+  registers than the 152 a third warpgroup leaves. Both together (g3h8s) gave the whole
+  forward 0.964 of g2p8's time in run 93 (one H100, 64k; ``compressed.py`` has the timings).
 
 Where its time goes (Nsight Compute's source page, run 92, one H100, 64k): the two consumer
 warpgroups stall on their own instruction chains (fixed-latency waits, MUFU and shuffle
@@ -168,8 +169,9 @@ def _lane_xor(x, MASK: gl.constexpr):
 def _block_scores_packed(p, dst, t0, c0, RATIO: gl.constexpr, L_CMP: gl.constexpr,
                          D_STRIDE: gl.constexpr, BLOCK_C: gl.constexpr):  # fmt: skip
     """_block_scores for G = 16 and l′/d = 4 (the paper's) with half the lane shuffles
-    (variant g2p8s, opt-in, not yet timed; run 92 found SHFL 10 % of the consumers'
-    instructions, and the head sums the largest share of pass 2's).
+    (variant g2p8s, opt-in; run 92 found SHFL 10 % of the consumers' instructions, and the
+    head sums the largest share of pass 2's; run 93 timed it at 0.95 of g2p8's compressed
+    branch).
 
     A wgmma accumulator row is held by the four lanes of a quad, two consecutive columns a
     lane in each group of 8, so a selection block (4 columns) spans a lane pair. Instead of

@@ -150,7 +150,8 @@ def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(d, group, scor
     paper shape 52), 248 at G 4, none at D 64 or without block scores; the prologue's values,
     computed at the 128 registers of a 16-warp launch before the partitions take theirs, go
     through local memory too. Timing decides whether that costs more than the third
-    warpgroup's latency hiding earns (not yet timed)."""
+    warpgroup's latency hiding earns: in run 93 (one H100, 64k) it did not, g3h8's compressed
+    branch 19.62 ms against g2p8's 20.09, g3h8s's 18.72."""
     from kernels.nsa.compressed_gluon import nsa_compressed_gluon_fwd_kernel
 
     res = gluon_aot.compile_hopper(
