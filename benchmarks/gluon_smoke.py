@@ -91,6 +91,7 @@ KERNELS: dict[str, tuple[Callable[[], dict[str, float]], float]] = {
     "nsa compressed g3h8": (_compressed("g3h8"), 1e-3),  # three consumer warpgroups
     "nsa compressed g2p8s": (_compressed("g2p8s"), 1e-3),  # packed block-score head sums
     "nsa compressed g3h8s": (_compressed("g3h8s"), 1e-3),  # both
+    "nsa compressed g3h8sq": (_compressed("g3h8sq"), 1e-3),  # + row statistics per quad lane
     "nsa window+combine g1": (_window, 1e-2),
 }
 

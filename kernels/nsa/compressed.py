@@ -721,6 +721,14 @@ COMPRESSED_IMPLS["g2p8s"] = _gluon(pipe=True, stages=3, lo_fp8=True, packed_scor
 COMPRESSED_IMPLS["g3h8s"] = _gluon(
     pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True
 )
+# g3h8sq (opt-in, not yet timed): g3h8s with the softmax's row statistics per lane (pass 1's
+# max and sum, pass 2's sum), merged across a row's quad once after the last tile, as FA3 keeps
+# its row sums: the per-tile shuffles go (pass 1's loop 514 → 484 SASS instructions, pass 2's
+# 589 → 581, Triton 3.9) and the in-thread chains become trees. Pass 1's sum, and so lse,
+# changes in its last bits (another order of the adds).
+COMPRESSED_IMPLS["g3h8sq"] = _gluon(
+    pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True, quad=True
+)
 compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [

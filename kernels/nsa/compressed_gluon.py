@@ -38,7 +38,10 @@ Triton, 0.99-1.11 in Gluon):
 * with ``CONSUMERS`` = 3 (variant g3h8, opt-in) a program has three consumer warpgroups, for
   the latency the profile below found, without ``PIPE``: a pipelining consumer needs more
   registers than the 152 a third warpgroup leaves. Both together (g3h8s) gave the whole
-  forward 0.964 of g2p8's time in run 93 (one H100, 64k; ``compressed.py`` has the timings).
+  forward 0.964 of g2p8's time in run 93 (one H100, 64k; ``compressed.py`` has the timings);
+* with ``QUAD`` (variant g3h8sq, opt-in and not yet timed) the softmax's row statistics are
+  kept per lane of a row's quad and merged once after the last tile, as FA3 keeps its row
+  sums: no shuffles in pass 1's loop, in-thread trees instead of chains of 15.
 
 Where its time goes (Nsight Compute's source page, run 92, one H100, 64k): the two consumer
 warpgroups stall on their own instruction chains (fixed-latency waits, MUFU and shuffle
@@ -238,6 +241,97 @@ def _p1_update(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
 
 
 @gluon.jit
+def _lanes6(x):
+    """[64, 64] accumulator tile (BLOCK_C 64, as the host launches it) → [64, 2, 2, 2, 4, 2]:
+    column 32·j2 + 16·j1 + 8·j0 + 2·q + e. In the wgmma layout a row's columns sit on the 4
+    lanes of a quad (q), two adjacent ones a lane (e) in each group of 8 (j): every axis but
+    q is a thread's own registers. (Were it otherwise the reductions would still be right,
+    only with shuffles.)"""
+    return gl.reshape(x, [64, 2, 2, 2, 4, 2])
+
+
+@gluon.jit
+def _lanes_max(x6):
+    """[64, 2, 2, 2, 4, 2] → [64, 4]: the max of each lane's own columns of a row, as a tree
+    (depth 4, where one reduction over the row is a chain of 15 and two shuffle rounds)."""
+    return gl.max(gl.max(gl.max(gl.max(x6, 5), 3), 2), 1)
+
+
+@gluon.jit
+def _lanes_sum(x6):
+    """As _lanes_max, the sum."""
+    return gl.sum(gl.sum(gl.sum(gl.sum(x6, 5), 3), 2), 1)
+
+
+@gluon.jit
+def _lanes_zeros(zero_s):
+    """[64, 4] zeros in the layout _lanes_max and _lanes_sum give (from the [64, 64] zeros)."""
+    return _lanes_max(_lanes6(zero_s))
+
+
+@gluon.jit
+def _lanes_b6(m):
+    """[64, 4] → [64, 1, 1, 1, 4, 1], broadcastable against _lanes6's tiles (the axes put
+    back in the reverse order of _lanes_max's reductions, so each layout is its parent's)."""
+    return gl.expand_dims(gl.expand_dims(gl.expand_dims(gl.expand_dims(m, 1), 2), 3), 5)
+
+
+@gluon.jit
+def _p1_update_lanes(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
+                     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
+                     BLOCK_C: gl.constexpr, s_layout: gl.constexpr):  # fmt: skip
+    """_p1_update with each lane's own running max and sum ([64, 4]: a row × its quad's
+    lanes), merged across the quad once after the last tile (``_p1_merge``), as FA3 keeps
+    its row sums: no shuffles in pass 1's loop, and in-thread trees for the chains. Pass 1
+    only makes lse, so each lane may keep its own offset."""
+    s6 = _lanes6(s)
+    if c0 + BLOCK_C <= n_all:  # every row sees the whole tile
+        m_new = gl.maximum(m_i, _lanes_max(s6) * qk_scale)
+        e = gl.exp2(s6 * qk_scale - _lanes_b6(m_new))
+        l_i = l_i * gl.exp2(m_i - m_new) + _lanes_sum(e)
+    else:  # the causal edge: a lane may see none of its columns yet
+        vis = _lanes6(_visible(t0, c0, n_vis, G, L_CMP, D_STRIDE, BLOCK_C, s_layout))
+        sm = gl.where(vis, s6 * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, _lanes_max(sm))
+        m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+        e = gl.exp2(sm - _lanes_b6(m_safe))
+        l_i = l_i * gl.exp2(m_i - m_safe) + _lanes_sum(e)
+    return m_new, l_i
+
+
+@gluon.jit
+def _p1_step(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
+             G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr,
+             BLOCK_C: gl.constexpr, s_layout: gl.constexpr, QUAD: gl.constexpr):  # fmt: skip
+    """One pass-1 tile: per lane (``QUAD``, ``_p1_update_lanes``) or per row (``_p1_update``)."""
+    if QUAD:
+        return _p1_update_lanes(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
+                                G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+    else:
+        return _p1_update(s, m_i, l_i, c0, n_all, t0, n_vis, qk_scale,
+                          G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+
+
+@gluon.jit
+def _row_sum(p, QUAD: gl.constexpr):
+    """Pass 2's running row sum of one tile: [64, 4] per-lane partials with ``QUAD`` (summed
+    over the quad once, after the last tile), else [64]."""
+    if QUAD:
+        return _lanes_sum(_lanes6(p))
+    else:
+        return gl.sum(p, 1)
+
+
+@gluon.jit
+def _p1_merge(m_i, l_i, row_s: gl.constexpr):
+    """Pass 1's per-lane (max, sum) merged over the quad: the row's (max, sum), in row_s."""
+    m = gl.max(m_i, 1)
+    m_safe = gl.where(m == float("-inf"), 0.0, m)
+    l = gl.sum(l_i * gl.exp2(m_i - gl.expand_dims(m_safe, 1)), 1)
+    return gl.convert_layout(m, row_s), gl.convert_layout(l, row_s)
+
+
+@gluon.jit
 def _exact_logits(q_smem, kh, kl, zero_s):
     """Q·k̃ᵀ from k̃'s fp16 hi and lo parts, as two chained asynchronous wgmma ops (not waited:
     the caller decides what runs beside them)."""
@@ -296,7 +390,7 @@ def _cmp_consumer(
     bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     DK: gl.constexpr, DV: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
-    SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr,
+    SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr, QUAD: gl.constexpr,
 ):  # fmt: skip
     kh_smem, kl_smem, v_smem, ready, empty = bufs
     q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr = src
@@ -351,8 +445,12 @@ def _cmp_consumer(
     n_all = gl.minimum(gl.where(num0 >= 0, num0 // D_STRIDE + 1, 0), TC)
 
     # ---- pass 1: row max and sum (base 2) on k̃'s hi part ----
-    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
-    l_i = gl.zeros([64], gl.float32, row_s)
+    if QUAD:  # [64, 4]: a row's running max and sum per lane of its quad
+        l_i = _lanes_zeros(zero_s)
+        m_i = l_i + float("-inf")
+    else:
+        m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([64], gl.float32, row_s)
     if PIPE:
         # S_u's wgmma runs while the softmax of S_{u-1} (already complete) runs here; nothing
         # in flight crosses the loop's back edge.
@@ -363,13 +461,13 @@ def _cmp_consumer(
             s = warpgroup_mma(q_smem, kh_smem.index(st).permute((1, 0)), zero_s, use_acc=False,
                               is_async=True)  # fmt: skip
             if u > 0:
-                m_i, l_i = _p1_update(s_done, m_i, l_i, (u - 1) * BLOCK_C, n_all, t0, n_vis,
-                                      qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+                m_i, l_i = _p1_step(s_done, m_i, l_i, (u - 1) * BLOCK_C, n_all, t0, n_vis,
+                                    qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout, QUAD)  # fmt: skip
             s_done = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(empty.index(st), count=1)
         if n1 > 0:
-            m_i, l_i = _p1_update(s_done, m_i, l_i, (n1 - 1) * BLOCK_C, n_all, t0, n_vis,
-                                  qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+            m_i, l_i = _p1_step(s_done, m_i, l_i, (n1 - 1) * BLOCK_C, n_all, t0, n_vis,
+                                qk_scale, G, L_CMP, D_STRIDE, BLOCK_C, s_layout, QUAD)  # fmt: skip
     else:
         for u in range(n1):
             st = u % STAGES
@@ -378,15 +476,17 @@ def _cmp_consumer(
                               is_async=True)  # fmt: skip
             s = warpgroup_mma_wait(0, deps=(s,))
             mbarrier.arrive(empty.index(st), count=1)
-            m_i, l_i = _p1_update(s, m_i, l_i, u * BLOCK_C, n_all, t0, n_vis, qk_scale,
-                                  G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
+            m_i, l_i = _p1_step(s, m_i, l_i, u * BLOCK_C, n_all, t0, n_vis, qk_scale,
+                                G, L_CMP, D_STRIDE, BLOCK_C, s_layout, QUAD)  # fmt: skip
+    if QUAD:
+        m_i, l_i = _p1_merge(m_i, l_i, row_s)
     has = l_i > 0
     lse2 = gl.where(has, m_i + gl.log2(gl.where(has, l_i, 1.0)), float("-inf"))
     lse_safe = gl.where(has, lse2, 0.0)
 
     # ---- pass 2: exact p (hi + lo logits), o = p·ṽ, the block scores ----
     acc = gl.zeros([64, DV], gl.float32, o_layout)
-    l2 = gl.zeros([64], gl.float32, row_s)
+    l2 = _lanes_zeros(zero_s) if QUAD else gl.zeros([64], gl.float32, row_s)
     if PIPE:
         # As kernels/attention/gluon_fwd.py: S_u = Q·k̃_uᵀ and o += p_{u-1}·ṽ_{u-1} go to the
         # tensor cores back to back; p_u and its block scores are computed while the second
@@ -398,7 +498,7 @@ def _cmp_consumer(
                                      LO_FP8)  # fmt: skip
             p = _p2_probs(s, lse_safe, 0, n_all, t0, n_vis, qk_scale,
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
-            l2 += gl.sum(p, 1)
+            l2 += _row_sum(p, QUAD)
             if SCORES:
                 _block_scores(p, dst, t0, 0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C, SCORES)
             p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
@@ -421,7 +521,7 @@ def _cmp_consumer(
                 c0 = u * BLOCK_C
                 p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
                               G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
-                l2 += gl.sum(p, 1)
+                l2 += _row_sum(p, QUAD)
                 if SCORES:
                     _block_scores(p, dst, t0, c0, G, RATIO, L_CMP, D_STRIDE, BLOCK_C, SCORES)
                 acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
@@ -441,7 +541,7 @@ def _cmp_consumer(
             c0 = u * BLOCK_C
             p = _p2_probs(s, lse_safe, c0, n_all, t0, n_vis, qk_scale,
                           G, L_CMP, D_STRIDE, BLOCK_C, s_layout)  # fmt: skip
-            l2 += gl.sum(p, 1)
+            l2 += _row_sum(p, QUAD)
             p_op = gl.convert_layout(p.to(v_smem.dtype), p_layout)
             acc = warpgroup_mma(p_op, v_smem.index(st), acc, is_async=True)
             if SCORES:  # on the CUDA cores while p·ṽ runs
@@ -449,6 +549,8 @@ def _cmp_consumer(
             acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
             mbarrier.arrive(empty.index(st), count=1)
 
+    if QUAD:
+        l2 = gl.convert_layout(gl.sum(l2, 1), row_s)
     # pass 1 saw hi-only logits: p sums to l2 = 1 + O(lse error); o and lse are corrected
     l2 = gl.where(has, l2, 1.0)
     acc = acc / gl.expand_dims(gl.convert_layout(l2, row_o), 1)
@@ -470,11 +572,12 @@ def nsa_compressed_gluon_fwd_kernel(
     T, TC, TS, HKV, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     STAGES: gl.constexpr, SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr,
-    CONSUMERS: gl.constexpr = 2,
+    CONSUMERS: gl.constexpr = 2, QUAD: gl.constexpr = False,
 ):  # fmt: skip
     """One program: CONSUMERS × (64 / G) positions × the G query heads of one (batch, KV
     head), one consumer warpgroup each. SCORES: 0 none, 1 the block scores, 2 the same with
-    the packed head sums (``_block_scores_packed``: G 16, l′/d 4 and l ≤ 3d only)."""
+    the packed head sums (``_block_scores_packed``: G 16, l′/d 4 and l ≤ 3d only). QUAD: the
+    row statistics per quad lane (``_p1_update_lanes``, ``_row_sum``)."""
     BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
     DK: gl.constexpr = kh_desc.block_type.shape[1]
     DV: gl.constexpr = v_desc.block_type.shape[1]
@@ -515,13 +618,13 @@ def nsa_compressed_gluon_fwd_kernel(
             [
                 (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8)),
+                                 PIPE, LO_FP8, QUAD)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8)),
+                                 PIPE, LO_FP8, QUAD)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + 2 * BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8)),
+                                 PIPE, LO_FP8, QUAD)),
                 (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                                BLOCK_C, STAGES)),
             ],
@@ -533,10 +636,10 @@ def nsa_compressed_gluon_fwd_kernel(
             [
                 (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8)),
+                                 PIPE, LO_FP8, QUAD)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8)),
+                                 PIPE, LO_FP8, QUAD)),
                 (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                                BLOCK_C, STAGES)),
             ],
@@ -599,6 +702,7 @@ def compressed_gluon(
     topn_form: str | None = None,
     consumers: int = 2,
     packed_scores: bool = False,
+    quad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -610,6 +714,8 @@ def compressed_gluon(
     ``consumers``: consumer warpgroups a program, 2 or 3 (3: 64 / G more positions a program).
     ``packed_scores``: the block scores' head sums with half the lane shuffles where G is 16,
     l′/d 4 and l ≤ 3d, as the paper's (``_block_scores_packed``); the usual sums otherwise.
+    ``quad``: both passes' row sums (and pass 1's row max) kept per lane of a row's quad and
+    merged across it once, after the last tile (``_p1_update_lanes``, ``_row_sum``).
     """
     why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
     if why is not None:
@@ -656,7 +762,7 @@ def compressed_gluon(
         t, tc, ts, hkv, scale * _LOG2E,
         G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
         STAGES=stages, SCORES=(2 if packed_scores else 1) if want_indices else 0, PIPE=pipe,
-        LO_FP8=lo_fp8, CONSUMERS=consumers,
+        LO_FP8=lo_fp8, CONSUMERS=consumers, QUAD=quad,
         num_warps=4,
     )  # fmt: skip
     if not want_indices:

@@ -302,7 +302,7 @@ WIDE_RATIO = NSAConfig(
 )
 
 
-@pytest.mark.parametrize("name", ["g2h", "g2p", "g2p4", "g2p8", "g3h8", "g2p8s", "g3h8s"])
+@pytest.mark.parametrize("name", ["g2h", "g2p", "g2p4", "g2p8", "g3h8", "g2p8s", "g3h8s", "g3h8sq"])
 @pytest.mark.parametrize("case", ["k̃ split", "k̃ whole (no lo part)", "l′/d = 32"])
 def test_gluon_compressed_variants_fall_back_to_v2h(name: str, case: str):
     """A Gluon compressed variant (Hopper only) gives v2h's result wherever its kernel cannot

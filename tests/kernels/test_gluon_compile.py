@@ -73,6 +73,11 @@ def test_block_attention_kernel_compiles_for_hopper(d, dtype, causal, block_n, s
     assert res.shared_bytes <= gluon_aot.HOPPER_SMEM_BYTES, res
 
 
+# the compressed kernel's constexprs
+_G2H_CONSTEXPRS = ("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE", "LO_FP8")
+_G2H_CONSTEXPRS += ("CONSUMERS", "QUAD")
+
+
 def _g2h_signature(d: int, out_dtype: str, lo_fp8: bool = False) -> dict[str, str]:
     k_layout = gl.NVMMASharedLayout.get_default_for([64, d], gl.float16)
     kl_dtype, kl_gl = ("fp8e4nv", gl.float8e4nv) if lo_fp8 else ("fp16", gl.float16)
@@ -88,34 +93,33 @@ def _g2h_signature(d: int, out_dtype: str, lo_fp8: bool = False) -> dict[str, st
         **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr", "lo_inv_ptr"), "*fp32"),
         **dict.fromkeys((*strides, "ss_b", "ss_h", "ss_t", "T", "TC", "TS", "HKV"), "i32"),
         "qk_scale": "fp32",
-        **dict.fromkeys(
-            ("G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE", "LO_FP8", "CONSUMERS"),
-            "constexpr",
-        ),
+        **dict.fromkeys(_G2H_CONSTEXPRS, "constexpr"),
     }
 
 
 @pytest.mark.parametrize(
-    ("d", "group", "stages", "scores", "out_dtype", "pipe", "lo_fp8"),
+    ("d", "group", "stages", "scores", "out_dtype", "pipe", "lo_fp8", "quad"),
     [
-        (128, 16, 3, True, "fp16", True, False),  # g2p at the paper shape, nsa_attention's
-        (128, 16, 3, True, "fp16", False, False),
-        (128, 16, 4, True, "fp16", True, False),
-        (128, 16, 3, False, "fp32", True, False),
-        (128, 16, 2, True, "fp32", False, False),
-        (64, 1, 3, True, "fp32", True, False),
-        (64, 64, 3, True, "fp16", False, False),
-        (128, 16, 3, True, "fp16", True, True),  # g2p8: the lo product in e4m3
-        (128, 16, 3, False, "fp32", True, True),
-        (64, 64, 3, True, "fp16", False, True),
-        (128, 1, 4, True, "fp32", False, True),
-        (128, 16, 3, 2, "fp16", True, True),  # g2p8s: the packed block scores
-        (64, 16, 3, 2, "fp32", True, True),
-        (128, 4, 3, 2, "fp16", True, True),  # G 4: g2p8s takes the usual sums
+        (128, 16, 3, True, "fp16", True, False, False),  # g2p at the paper shape, nsa_attention's
+        (128, 16, 3, True, "fp16", False, False, False),
+        (128, 16, 4, True, "fp16", True, False, False),
+        (128, 16, 3, False, "fp32", True, False, False),
+        (128, 16, 2, True, "fp32", False, False, False),
+        (64, 1, 3, True, "fp32", True, False, False),
+        (64, 64, 3, True, "fp16", False, False, False),
+        (128, 16, 3, True, "fp16", True, True, False),  # g2p8: the lo product in e4m3
+        (128, 16, 3, False, "fp32", True, True, False),
+        (64, 64, 3, True, "fp16", False, True, False),
+        (128, 1, 4, True, "fp32", False, True, False),
+        (128, 16, 3, 2, "fp16", True, True, False),  # g2p8s: the packed block scores
+        (64, 16, 3, 2, "fp32", True, True, False),
+        (128, 4, 3, 2, "fp16", True, True, False),  # G 4: g2p8s takes the usual sums
+        (128, 16, 3, True, "fp16", True, True, True),  # row statistics per quad lane, PIPE
+        (64, 1, 3, False, "fp32", False, True, True),
     ],
 )
 def test_nsa_compressed_kernel_compiles_for_hopper(
-    d, group, stages, scores, out_dtype, pipe, lo_fp8
+    d, group, stages, scores, out_dtype, pipe, lo_fp8, quad
 ):
     from kernels.nsa.compressed_gluon import nsa_compressed_gluon_fwd_kernel
 
@@ -132,6 +136,7 @@ def test_nsa_compressed_kernel_compiles_for_hopper(
             "PIPE": pipe,
             "LO_FP8": lo_fp8,
             "CONSUMERS": 2,
+            "QUAD": quad,
         },
     )
     assert res.spill_stores == 0 and res.spill_loads == 0, res
@@ -139,12 +144,16 @@ def test_nsa_compressed_kernel_compiles_for_hopper(
 
 
 @pytest.mark.parametrize(
-    ("d", "group", "scores", "out_dtype"),
-    [(128, 16, True, "fp16"), (128, 16, False, "fp32"), (128, 1, True, "fp32"),
-     (128, 4, True, "fp16"), (128, 64, True, "fp16"), (64, 16, True, "fp16"),
-     (128, 16, 2, "fp16")],  # g3h8s: and the packed block scores
+    ("d", "group", "scores", "out_dtype", "quad"),
+    [(128, 16, True, "fp16", False), (128, 16, False, "fp32", False),
+     (128, 1, True, "fp32", False), (128, 4, True, "fp16", False),
+     (128, 64, True, "fp16", False), (64, 16, True, "fp16", False),
+     (128, 16, 2, "fp16", False),  # g3h8s: and the packed block scores
+     (128, 16, 2, "fp16", True), (128, 4, True, "fp16", True)],  # g3h8sq: per quad lane
 )  # fmt: skip
-def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(d, group, scores, out_dtype):
+def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(
+    d, group, scores, out_dtype, quad
+):
     """g3h8: three consumer warpgroups leave the two worker ones 152 registers, and they spill
     a little, bounded here rather than hidden. Triton 3.9 at D 128: 44-52 bytes stored (the
     paper shape 52), 248 at G 4, none at D 64 or without block scores; the prologue's values,
@@ -167,6 +176,7 @@ def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(d, group, scor
             "PIPE": False,
             "LO_FP8": True,
             "CONSUMERS": 3,
+            "QUAD": quad,
         },
     )
     assert res.spill_stores <= 256 and res.spill_loads <= 256, res

@@ -1,6 +1,6 @@
 """The Gluon NSA kernels on an H200: the compressed branch (variants g2h, g2p, g2p4, g2p8,
-g3h8, g2p8s, g3h8s: kernels/nsa/compressed_gluon.py) and the window branch with the combine (variant g1:
-kernels/nsa/window_gluon.py).
+g3h8, g2p8s, g3h8s, g3h8sq: kernels/nsa/compressed_gluon.py) and the window branch with the
+combine (variant g1: kernels/nsa/window_gluon.py).
 
 First run on the H200 in run 81 (2026-12-05): 68 passed. Each check is one the Triton
 variants pass in test_gpu_nsa.py, plus each Gluon kernel against its Triton counterpart on the
@@ -40,8 +40,9 @@ GLUON = ("g2h", "g2p", "g2p4")
         ("g3h8", "v1"),
         ("g2p8s", "v1"),
         ("g3h8s", "v1"),  # the fastest in run 93, the default-to-be: checked as g2p8 is
+        ("g3h8sq", "v1"),  # the row statistics per quad lane
     ],
-    ids=["g2h", "g2p+g1", "g2p8", "g3h8", "g2p8s", "g3h8s"],
+    ids=["g2h", "g2p+g1", "g2p8", "g3h8", "g2p8s", "g3h8s", "g3h8sq"],
 )
 def variant(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     """nsa_attention on Gluon variants (compressed, window), with NaN-poisoned outputs."""
@@ -110,10 +111,11 @@ def _against_v2h(name: str, scores: bool) -> tuple[tuple, tuple]:
 
 
 @pytest.mark.parametrize("scores", [True, False])
-@pytest.mark.parametrize("name", ["g2p8", "g3h8", "g2p8s", "g3h8s"])
+@pytest.mark.parametrize("name", ["g2p8", "g3h8", "g2p8s", "g3h8s", "g3h8sq"])
 def test_lo_fp8_variants_against_v2h_same_inputs(name: str, scores: bool) -> None:
-    """g2p8, g3h8, g2p8s and g3h8s (the lo product in e4m3; g3h8 with three consumer
-    warpgroups a program, g2p8s with the packed head sums of the block scores, g3h8s both)
+    """g2p8, g3h8, g2p8s, g3h8s and g3h8sq (the lo product in e4m3; g3h8 with three consumer
+    warpgroups a program, g2p8s with the packed head sums of the block scores, g3h8s both,
+    g3h8sq also the row statistics per quad lane)
     against v2h: logits within ≈ 2^-14 of a logit's scale instead of ≈ 2^-22. Simulated on
     the CPU for these inputs (k̃ seeds 12-14): o 1.8-1.9e-4 relative (nearly all from p's
     bf16 rounding flipping), lse 2.6-3.5e-5, 0-2 of 16,384 top-n rows; with the lo part
