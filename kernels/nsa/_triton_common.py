@@ -50,3 +50,21 @@ def mma(a, b, F32: tl.constexpr):
     else:
         r = tl.dot(a, b)
     return r
+
+
+@triton.jit
+def gather_kv(k_base, v_base, tok, kin, sk_t, sv_t, offs_dk, offs_dv,
+              DK: tl.constexpr, DV: tl.constexpr):  # fmt: skip
+    """One selected block's key tile kᵀ [BLOCK_DK, BLOCK_K] and values [BLOCK_K, BLOCK_DV] at
+    the key positions tok [BLOCK_K]; where kin is False nothing is read (zeros)."""
+    kt = tl.load(
+        k_base + tok[None, :] * sk_t + offs_dk[:, None],
+        mask=kin[None, :] & (offs_dk[:, None] < DK),
+        other=0.0,
+    )
+    vt = tl.load(
+        v_base + tok[:, None] * sv_t + offs_dv[None, :],
+        mask=kin[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    return kt, vt

@@ -16,7 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+from kernels.nsa._triton_common import (
+    autotune_configs,
+    dot_f32,
+    gather_kv,
+    interpreting,
+    mma,
+    pow2,
+)
 from kernels.nsa.config import NSAConfig
 from kernels.nsa.selection_v4 import selection_triton_v4
 
@@ -339,16 +346,7 @@ def nsa_selection_fwd_kernel_v2(
         blk = tl.load(list_base + slot)  # scalar block index (−1: empty slot, all masked)
         tok = blk * L_SEL + u0 + u  # [BLOCK_K]
         kin = (u0 + u < L_SEL) & (tok >= 0) & (tok < T)
-        kt = tl.load(
-            k_base + tok[None, :] * sk_t + offs_dk[:, None],
-            mask=kin[None, :] & (offs_dk[:, None] < DK),
-            other=0.0,
-        )  # [BLOCK_DK, BLOCK_K]
-        vt = tl.load(
-            v_base + tok[:, None] * sv_t + offs_dv[None, :],
-            mask=kin[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )  # [BLOCK_K, BLOCK_DV]
+        kt, vt = gather_kv(k_base, v_base, tok, kin, sk_t, sv_t, offs_dk, offs_dv, DK, DV)
         if DOT_F32:
             kt = kt.to(tl.float32)
         s = mma(q, kt, DOT_F32) * qk_scale

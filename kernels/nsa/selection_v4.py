@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.nsa._triton_common import dot_f32, interpreting, mma, pow2
+from kernels.nsa._triton_common import dot_f32, gather_kv, interpreting, mma, pow2
 from kernels.nsa.config import NSAConfig
 
 _LOG2E = 1.4426950408889634
@@ -124,16 +124,7 @@ def nsa_selection_fwd_kernel_v4(
         valid = (blk_v >= 0) & ((local_v < 0) | (blk_v >= N_INIT)) & (blk_v <= cur)
         tok = blk_v * L_SEL + u0 + u  # [BLOCK_K]
         kin = valid & (u0 + u < L_SEL) & (tok < T)
-        kt = tl.load(
-            k_base + tok[None, :] * sk_t + offs_dk[:, None],
-            mask=kin[None, :] & (offs_dk[:, None] < DK),
-            other=0.0,
-        )  # [BLOCK_DK, BLOCK_K]
-        vt = tl.load(
-            v_base + tok[:, None] * sv_t + offs_dv[None, :],
-            mask=kin[:, None] & (offs_dv[None, :] < DV),
-            other=0.0,
-        )  # [BLOCK_K, BLOCK_DV]
+        kt, vt = gather_kv(k_base, v_base, tok, kin, sk_t, sv_t, offs_dk, offs_dv, DK, DV)
         if DOT_F32:
             kt = kt.to(tl.float32)
         kt3 = tl.broadcast_to(kt[None, :, :], (R, BLOCK_DK, BLOCK_K))
