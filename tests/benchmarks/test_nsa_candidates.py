@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from benchmarks.nsa_candidates import DEFAULTS, parse_picks, passed
+from benchmarks.nsa_candidates import DEFAULTS, Picks, parse_picks, passed, variant_env
 
 
-def _total(t: int, cmp: str, win: str, ms: float) -> str:
+def _total(t: int, cmp: str, win: str, ms: float, slc: str = "v2") -> str:
     # bench_nsa.run_variants' per-row line: f"  T={t:6d} {row:40s} {ms:9.3f} ms"
-    row = f"total fwd slc v2 / cmp {cmp} / win {win}"
+    row = f"total fwd slc {slc} / cmp {cmp} / win {win}"
     return f"  T={t:6d} {row:40s} {ms:9.3f} ms"
 
 
@@ -32,6 +32,7 @@ LOG = "\n".join(
     ]
 )
 ALL = {
+    "selection": {"v2"},
     "compressed": {"g2p", "g2p8"},
     "window": {"v1", "v2"},
     "topn": {"float16k", "float8k", "float4k", "packed8k", "packed4k"},
@@ -46,7 +47,12 @@ def test_fastest_allowed_pair_and_the_fastest_correct_topn_form() -> None:
 
 
 def test_candidates_that_failed_their_checks_are_not_picked() -> None:
-    allowed = {"compressed": {"g2p"}, "window": {"v1", "v2"}, "topn": {"float16k", "float8k"}}
+    allowed = {
+        "selection": {"v2"},
+        "compressed": {"g2p"},
+        "window": {"v1", "v2"},
+        "topn": {"float16k", "float8k"},
+    }
     p = parse_picks(LOG, 65536, allowed)
     assert (p.compressed, p.window, p.topn) == ("g2p", "v2", "float8k")
 
@@ -56,7 +62,38 @@ def test_the_other_length_and_an_empty_log() -> None:
     assert (p.compressed, p.window, p.total_ms) == ("g2p8", "v1", 5.01)
     assert (p.topn, p.topn_ms) == ("packed8k", 0.30)
     empty = parse_picks("", 65536, ALL)
-    assert empty == (DEFAULTS["compressed"], DEFAULTS["window"], DEFAULTS["topn"], None, None)
+    want = (DEFAULTS["selection"], DEFAULTS["compressed"], DEFAULTS["window"], DEFAULTS["topn"])
+    assert empty == (*want, None, None)
+
+
+def test_the_selection_label_is_picked_with_its_set_and_becomes_the_environment() -> None:
+    """A selection candidate (v4 at R 4) wins only with an allowed compressed and window
+    variant beside it, and its label becomes the variant and its R."""
+    log = "\n".join(
+        [
+            _total(65536, "g2p8", "v1", 38.0),
+            _total(65536, "g3h8s", "v1", 36.5, slc="v4r4"),
+            _total(65536, "g3h8sq", "v1", 35.9, slc="v4r8"),  # its compressed one failed
+            _total(65536, "g3h8s", "v1", 37.1, slc="v2"),
+        ]
+    )
+    allowed = {
+        "selection": {"v2", "v4r4", "v4r8"},
+        "compressed": {"g2p8", "g3h8s"},
+        "window": {"v1"},
+        "topn": {"float4k"},
+    }
+    p = parse_picks(log, 65536, allowed)
+    assert (p.selection, p.compressed, p.total_ms) == ("v4r4", "g3h8s", 36.5)
+    assert variant_env(p) == {
+        "KGRADE_NSA_SELECTION": "v4",
+        "KGRADE_NSA_SELECTION_R": "4",
+        "KGRADE_NSA_COMPRESSED": "g3h8s",
+        "KGRADE_NSA_WINDOW": "v1",
+        "KGRADE_NSA_TOPN": DEFAULTS["topn"],
+    }
+    plain = variant_env(Picks("v2", "g2p8", "v1", "float4k", None, None))
+    assert plain["KGRADE_NSA_SELECTION"] == "v2" and "KGRADE_NSA_SELECTION_R" not in plain
 
 
 def test_passed_reads_pytest_summary_lines() -> None:
