@@ -87,9 +87,8 @@ def row_scores(
     logits = hi if lo is None else hi + dot(*lo)
     i = torch.arange(tc, device=q.device)
     visible = (i[None, :] * cfg.cmp_stride + cfg.cmp_block - 1) <= rows[:, None]  # [R, Tc]
-    p, _ = _masked_softmax(scale * logits, visible)  # [Hq, R, Tc]
+    p, lse = _masked_softmax(scale * logits, visible)  # [Hq, R, Tc], [Hq, R]
     if lse_hi:  # p · exp(lse − lse_hi): the numerators kept, the normaliser pass 1's
-        _, lse = _masked_softmax(scale * logits, visible)
         _, lse1 = _masked_softmax(scale * hi, visible)
         shift = torch.where(torch.isfinite(lse), lse - lse1, torch.zeros_like(lse))
         p = p * torch.exp(shift)[..., None]
