@@ -58,7 +58,6 @@ from kernels.nsa.selection import (  # noqa: E402
     selection_triton_v2,
     union_blocks,
 )
-from kernels.nsa.selection_v4 import selection_triton_v4  # noqa: E402
 from kernels.nsa.topn import TOPN_FORMS, topn_triton  # noqa: E402
 from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
 from kernels.nsa.window import WINDOW_IMPLS, window_triton  # noqa: E402
@@ -272,15 +271,12 @@ def main() -> None:
 
 # ---- variant comparison (--variants) --------------------------------------------------------
 
-# selection variant label → (implementation name, positions per program for v3 and v4)
+# selection variant label → (implementation name, positions per program for v3)
 SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
     "v1": ("v1", None),
     "v2": ("v2", None),
     "v3r2": ("v3", 2),
     "v3r4": ("v3", 4),
-    "v4r2": ("v4", 2),
-    "v4r4": ("v4", 4),
-    "v4r8": ("v4", 8),
 }
 
 
@@ -297,10 +293,6 @@ def _sel_fn(label: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     name, r = SEL_VARIANTS[label]
     if r is None:
         return SELECTION_IMPLS[name]  # type: ignore[return-value]
-    if name == "v4":
-        return lambda q, k, v, idx, cfg, scale: selection_triton_v4(
-            q, k, v, idx, cfg, scale, torch.empty, positions=r
-        )
     return lambda q, k, v, idx, cfg, scale: selection_triton_v2(
         q, k, v, idx, cfg, scale, torch.empty, positions=r
     )

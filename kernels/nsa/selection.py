@@ -25,7 +25,6 @@ from kernels.nsa._triton_common import (
     pow2,
 )
 from kernels.nsa.config import NSAConfig
-from kernels.nsa.selection_v4 import selection_triton_v4
 
 _LOG2E = 1.4426950408889634
 
@@ -500,5 +499,4 @@ SELECTION_IMPLS = {
     "v1": selection_triton,
     "v2": selection_triton_v2,
     "v3": selection_triton_v3,
-    "v4": selection_triton_v4,  # opt-in, not yet timed: the forced blocks gathered once per R
 }

@@ -67,26 +67,26 @@ def test_the_other_length_and_an_empty_log() -> None:
 
 
 def test_the_selection_label_is_picked_with_its_set_and_becomes_the_environment() -> None:
-    """A selection candidate (v4 at R 4) wins only with an allowed compressed and window
+    """A selection candidate (v3 at R 4) wins only with an allowed compressed and window
     variant beside it, and its label becomes the variant and its R."""
     log = "\n".join(
         [
             _total(65536, "g2p8", "v1", 38.0),
-            _total(65536, "g3h8s", "v1", 36.5, slc="v4r4"),
-            _total(65536, "g3h8sq", "v1", 35.9, slc="v4r8"),  # its compressed one failed
+            _total(65536, "g3h8s", "v1", 36.5, slc="v3r4"),
+            _total(65536, "g3h8sq", "v1", 35.9, slc="v3r2"),  # its compressed one failed
             _total(65536, "g3h8s", "v1", 37.1, slc="v2"),
         ]
     )
     allowed = {
-        "selection": {"v2", "v4r4", "v4r8"},
+        "selection": {"v2", "v3r4", "v3r2"},
         "compressed": {"g2p8", "g3h8s"},
         "window": {"v1"},
         "topn": {"float4k"},
     }
     p = parse_picks(log, 65536, allowed)
-    assert (p.selection, p.compressed, p.total_ms) == ("v4r4", "g3h8s", 36.5)
+    assert (p.selection, p.compressed, p.total_ms) == ("v3r4", "g3h8s", 36.5)
     assert variant_env(p) == {
-        "KGRADE_NSA_SELECTION": "v4",
+        "KGRADE_NSA_SELECTION": "v3",
         "KGRADE_NSA_SELECTION_R": "4",
         "KGRADE_NSA_COMPRESSED": "g3h8s",
         "KGRADE_NSA_WINDOW": "v1",

@@ -18,7 +18,6 @@ from typing import Any
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
-from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 HOPPER = GPUTarget("cuda", 90, 32)
@@ -47,16 +46,10 @@ def compile_hopper(
     signature: dict[str, str],
     constexprs: dict[str, Any],
     num_warps: int = 4,
-    gluon: bool = True,
 ) -> Resources:
-    """Compile ``fn`` for sm_90 and return ptxas's count of registers and spills.
-    ``gluon``: False for a plain Triton kernel (no wgmma to place spills against: any spill
-    then counts as in a main loop)."""
-    source = (
-        GluonASTSource(fn, signature, constexprs) if gluon else ASTSource(fn, signature, constexprs)
-    )
+    """Compile ``fn`` for sm_90 and return ptxas's count of registers and spills."""
     compiled = triton.compile(
-        source,
+        GluonASTSource(fn, signature, constexprs),
         target=HOPPER,
         options={"num_warps": num_warps},
     )
@@ -76,15 +69,12 @@ def compile_hopper(
             raise AssertionError(f"ptxas -v printed no {pattern!r}:\n{report}")
         return max(int(n) for n in found)
 
-    stores = count(r"(\d+) bytes spill stores")
     return Resources(
         registers=count(r"Used (\d+) registers"),
-        spill_stores=stores,
+        spill_stores=count(r"(\d+) bytes spill stores"),
         spill_loads=count(r"(\d+) bytes spill loads"),
         shared_bytes=int(compiled.metadata.shared),
-        spills_before_last_mma=(
-            _spills_before_last_mma(compiled.asm["cubin"]) if gluon else stores > 0
-        ),
+        spills_before_last_mma=_spills_before_last_mma(compiled.asm["cubin"]),
     )
 
 

@@ -156,11 +156,6 @@ def use_variants(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - pytest fixt
         ("v3", "v2", 2, 100, 8, 2, torch.bfloat16, MID),
         ("v1", "v2h", None, 161, 8, 1, torch.bfloat16, FINE),
         ("v2", "v3h", None, 90, 4, 2, torch.float32, SMALL),
-        # v4: the forced blocks gathered once per R positions (G ≥ 16); T % R ≠ 0 in each
-        ("v4", "v2", None, 99, 16, 1, torch.bfloat16, MID),  # 2 local blocks, R 4
-        ("v4", "v2h", 8, 70, 32, 2, torch.float32, SMALL),  # R 8 of l′ 16, G 32
-        ("v4", "v2", 2, 45, 16, 1, torch.float32, FINE),  # R 2 of l′ 8
-        ("v4", "v2", None, 40, 8, 2, torch.bfloat16, MID),  # G 4: v2 runs instead
     ],
 )
 def test_triton_variants_match_naive(
@@ -199,34 +194,6 @@ def test_triton_variant_v3_given_indices_with_holes(use_variants) -> None:  # no
     out, aux = nsa_attention(q, k, v, g, cfg, block_indices=idx, return_aux=True)
     ref_out, ref_aux = reference(q, k, v, g, cfg, block_indices=idx)
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
-
-
-@pytest.mark.parametrize("r", [2, 4])
-def test_selection_v4_follows_given_lists_not_the_forced_rule(
-    monkeypatch: pytest.MonkeyPatch, r: int
-) -> None:
-    """v4 gathers the forced blocks (init, local) once per R positions, but each row keeps only
-    the blocks its own list holds: lists here drop a forced block on every third position,
-    put it anywhere in the list, and leave holes; every output must equal v2's."""
-    monkeypatch.setenv("KGRADE_NSA_SELECTION_R", str(r))
-    cfg = MID  # l′ 32, n 5, 1 init and 2 local blocks
-    t, hq, hkv, d = 70, 16, 1, 16  # small: the interpreter runs v2 one program a position
-    gen = torch.Generator().manual_seed(r)
-    q, k, v = (torch.randn(1, t, h, d, generator=gen) for h in (hq, hkv, hkv))
-    idx = torch.full((1, t, hkv, cfg.sel_count), -1, dtype=torch.int32)
-    for pos in range(t):
-        cur = pos // cfg.sel_block
-        for grp in range(hkv):
-            forced = {j for j in range(cur + 1) if j < cfg.sel_init or j > cur - cfg.sel_local}
-            rest = [j for j in torch.randperm(cur + 1, generator=gen).tolist() if j not in forced]
-            chosen = sorted(forced)[pos % 3 == 0 :] + rest
-            chosen = chosen[: cfg.sel_count - (pos % 2)]  # a hole on odd positions
-            order = torch.randperm(len(chosen), generator=gen).tolist()
-            idx[0, pos, grp, : len(chosen)] = torch.tensor([chosen[i] for i in order])
-    want = SELECTION_IMPLS["v2"](q, k, v, idx, cfg, d**-0.5)
-    got = SELECTION_IMPLS["v4"](q, k, v, idx, cfg, d**-0.5)
-    for x, y in zip(got, want, strict=True):
-        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
 # ---- k̃ as fp16 hi + lo parts (what the GPU path runs for bf16 inputs) ----
@@ -417,7 +384,7 @@ def test_gluon_variants_without_gluon_warn_once_and_fall_back(
 def test_gluon_variants_on_the_cpu_never_import_gluon(
     monkeypatch: pytest.MonkeyPatch, use_variants, module: str
 ) -> None:
-    """Off a Hopper GPU a Gluon variant (g2p8 is the default) goes straight to its Triton
+    """Off a Hopper GPU a Gluon variant (g3h8s is the default) goes straight to its Triton
     kernel: no import, so a Triton without Gluon neither warns nor turns the kernel off for a
     later GPU call in the same process."""
     import sys

@@ -39,7 +39,7 @@ GLUON = ("g2h", "g2p", "g2p4")
         ("g2p8", "v1"),
         ("g3h8", "v1"),
         ("g2p8s", "v1"),
-        ("g3h8s", "v1"),  # the fastest in run 93, the default-to-be: checked as g2p8 is
+        ("g3h8s", "v1"),  # the default since run 94 (the fastest in runs 93 and 94)
         ("g3h8sq", "v1"),  # the row statistics per quad lane
     ],
     ids=["g2h", "g2p+g1", "g2p8", "g3h8", "g2p8s", "g3h8s", "g3h8sq"],
