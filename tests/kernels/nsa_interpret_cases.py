@@ -364,7 +364,7 @@ def test_gluon_variants_without_gluon_warn_once_and_fall_back(
 
     import kernels._gluon_switch as switch
 
-    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=32)
+    q, k, v, g = make_inputs(1, 40, 4, 2, 16, torch.bfloat16, seed=32)
     want = nsa_attention(q, k, v, g, FINE)  # on the CPU: the Triton kernels, no warning
     monkeypatch.setattr(switch, "OFF", {})
     monkeypatch.setattr(switch, "on_hopper", lambda x: True)  # as if on an H200
@@ -392,7 +392,7 @@ def test_gluon_variants_on_the_cpu_never_import_gluon(
 
     import kernels._gluon_switch as switch
 
-    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=33)
+    q, k, v, g = make_inputs(1, 40, 4, 2, 16, torch.bfloat16, seed=33)
     use_variants("v2", "v2h")
     want = nsa_attention(q, k, v, g, FINE)
     monkeypatch.setattr(switch, "OFF", {})
@@ -408,7 +408,7 @@ def test_gluon_variants_on_the_cpu_never_import_gluon(
 def test_gluon_window_variant_falls_back_to_the_triton_kernel(use_variants) -> None:
     """nsa_attention with every Gluon variant chosen gives, where Gluon cannot run (here the
     CPU), exactly what the default variants give."""
-    q, k, v, g = make_inputs(1, 120, 4, 2, 16, torch.bfloat16, seed=31)
+    q, k, v, g = make_inputs(1, 40, 4, 2, 16, torch.bfloat16, seed=31)
     want = nsa_attention(q, k, v, g, FINE)
     use_variants("v2", "g2p")
     nsa_attention_mod.VARIANTS["window"] = "g1"
@@ -680,13 +680,13 @@ def test_batches_past_the_index_limit_run_in_slices(monkeypatch: pytest.MonkeyPa
     """Three batch rows under a limit that fits two: the call runs as slices of 2 and 1 rows
     and returns exactly the unsliced output and aux (no kernel reads across batch rows)."""
     cfg = replace(FINE, compress="given")  # k_cmp, v_cmp sliced too
-    q, k, v, g = make_inputs(3, 70, 4, 2, 16, torch.float32, seed=41)
+    q, k, v, g = make_inputs(3, 40, 4, 2, 16, torch.float32, seed=41)
     gen = torch.Generator().manual_seed(41)
-    tc = num_cmp_blocks(70, cfg)
+    tc = num_cmp_blocks(40, cfg)
     kc, vc = (torch.randn(3, tc, 2, 16, generator=gen) for _ in range(2))
     kw = {"k_cmp": kc, "v_cmp": vc, "return_aux": True}
     want_out, want_aux = nsa_attention(q, k, v, g, cfg, **kw)
-    sizes = _sliced_calls(monkeypatch, 2 * _per_row(70, 4, 2, 16, cfg) + 1)
+    sizes = _sliced_calls(monkeypatch, 2 * _per_row(40, 4, 2, 16, cfg) + 1)
     out, aux = nsa_attention(q, k, v, g, cfg, **kw)
     assert sizes == [2, 1]
     assert torch.equal(out, want_out)

@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 CASES = ["triton_interpret_cases.py", "nsa_interpret_cases.py", "test_nsa_backward.py"]
-TIMEOUT_S = 900  # all three share the cores: the longest alone takes about 3 minutes
+TIMEOUT_S = 900  # all three share the cores: the longest (the NSA cases) takes 7 min alone
 
 
 class Child:
