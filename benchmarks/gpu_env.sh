@@ -1,10 +1,14 @@
 # Sourced (bash) on the GPU machine, which has no package index, from the repository root:
 # the service's Python packages from .whl into $WORK/site and redis-server and bwrap from .deb
 # (both carried by the device run; see ../shared/tools/device-wheels.sh), on the paths.
-# Expects ROOT (the repository root), WORK (a scratch folder) and PY; SKIP_WHEELS=1 skips pip.
-if [ "${SKIP_WHEELS:-0}" != 1 ]; then
+# Expects ROOT (the repository root), WORK (a scratch folder) and PY; SKIP_WHEELS=1 skips pip,
+# as does a $WORK/site that already holds these wheels (its stamp lists them), so the files of
+# one run in one WORK install once.
+stamp="$WORK/site/.kgrade-wheels"
+if [ "${SKIP_WHEELS:-0}" != 1 ] && ! ls .whl 2>/dev/null | cmp -s - "$stamp"; then
   # Python packages the GPU image lacks (flask, celery, redis, sqlalchemy, ...), from local wheels.
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" .whl/*.whl &&
+    ls .whl >"$stamp"
 fi
 export PYTHONPATH="$WORK/site:$ROOT"
 # redis-server and bwrap from the unpacked Debian packages.

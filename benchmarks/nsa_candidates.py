@@ -15,9 +15,9 @@ kernel among those whose picks equal the plain kernel's.
 Phase 2 ("measure", with the picks in the KGRADE_NSA_* variables): the NSA GPU suite's tests
 of the default kernels and the grader's NSA tests under them (what making them the defaults
 needs), the side by side ``bench_nsa_others.py --backward`` (where ``third_party/`` was
-carried; ``--others-seqs``) and ``bench_nsa.py --backward``. Each step runs with a timeout; a failed or cut step is reported and the rest go
-on. The chosen set is printed as the environment to make it the default with, not made so
-here.
+carried; ``--others-seqs``) and ``bench_nsa.py --backward``. Each step runs with a timeout; a
+failed or cut step is reported and the rest go on. The chosen set is printed as the
+environment to make it the default with, not made so here.
 """
 
 from __future__ import annotations
@@ -61,12 +61,11 @@ def parse_picks(log: str, t: int, allowed: dict[str, set[str]]) -> Picks:
         if not m or int(m.group(1)) != t:
             continue
         slc, cmp, win, ms = m.group(2), m.group(3), m.group(4), float(m.group(5))
-        ok = (slc, cmp, win) in {
-            (a, b, c)
-            for a in allowed["selection"]
-            for b in allowed["compressed"]
-            for c in allowed["window"]
-        }
+        ok = (
+            slc in allowed["selection"]
+            and cmp in allowed["compressed"]
+            and win in allowed["window"]
+        )
         if ok and (best is None or ms < best[0]):
             best = (ms, slc, cmp, win)
     header = next((ln for ln in log.splitlines() if ln.startswith("| row | T=")), "")
@@ -181,18 +180,15 @@ def main() -> None:
         else ""
     )
     cmp_ok = [c for c in args.cmp if re.search(rf"^  nsa compressed {c}: ok", smoke, re.M)]
-    wheels_in = {"SKIP_WHEELS": "1"}
     if cmp_ok:  # the Gluon file's variant fixture and fp8 check, for those that ran
         gluon = "tests/kernels/test_gpu_nsa_gluon.py"
         out = step("compressed tests", [*gpu, gluon, "-k", " or ".join(cmp_ok)], 400, env)
-        env = {**env, **wheels_in}
         cmp_ok = cmp_ok if passed(out) else []
     sel_ok = False
     if args.sel:  # the selection tests select by variant name (v3 in the parameter ids)
         sel_names = sorted({re.sub(r"r\d+$", "", s) for s in args.sel})
         sel_tests = [*gpu, nsa_tests, "-k", " or ".join(sel_names)]
         sel_ok = passed(step("selection tests", sel_tests, 400, env))
-        env = {**env, **wheels_in}
     allowed = {
         "selection": {DEFAULTS["selection"], *(args.sel if sel_ok else [])},
         "compressed": {DEFAULTS["compressed"], *cmp_ok},

@@ -717,15 +717,15 @@ COMPRESSED_IMPLS["g3h8"] = _gluon(pipe=False, stages=3, lo_fp8=True, consumers=3
 # before the head sum, half the lane shuffles (SHFL was 10 % of g2p8's consumer instructions
 # in run 92); G 16, l′/d 4 and l ≤ 3d (the paper's) only, other shapes as g2p8.
 COMPRESSED_IMPLS["g2p8s"] = _gluon(pipe=True, stages=3, lo_fp8=True, packed_scores=True)
-# g3h8s (the default since run 94): both; they add up (compressed branch 18.72 ms against g2p8's 20.09,
-# g2p8s's 19.12 and g3h8's 19.62).
+# g3h8s (the default since run 94): both; they add up (compressed branch 18.72 ms against
+# g2p8's 20.09, g2p8s's 19.12 and g3h8's 19.62).
 COMPRESSED_IMPLS["g3h8s"] = _gluon(
     pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True
 )
 # g3h8sq (opt-in; run 94: the whole forward 40.36, 39.58, 39.43 ms against g3h8s's 39.85,
-# 39.72, 39.76, within their spread, so not the default): g3h8s with the softmax's row statistics per lane (pass 1's
-# max and sum, pass 2's sum), merged across a row's quad once after the last tile, as FA3 keeps
-# its row sums: the per-tile shuffles go (pass 1's loop 514 → 484 SASS instructions, pass 2's
+# 39.72, 39.76, within their spread, so not the default): g3h8s with the softmax's row
+# statistics per lane (pass 1's max and sum, pass 2's sum), merged across a row's quad once
+# after the last tile, as FA3 keeps its row sums: the per-tile shuffles go (pass 1's loop 514 → 484 SASS instructions, pass 2's
 # 589 → 581, Triton 3.9) and the in-thread chains become trees. Pass 1's sum, and so lse,
 # changes in its last bits (another order of the adds).
 COMPRESSED_IMPLS["g3h8sq"] = _gluon(

@@ -42,10 +42,7 @@ def tensordesc(dtype: str, block: list[int], layout: Any) -> str:
 
 
 def compile_hopper(
-    fn: Any,
-    signature: dict[str, str],
-    constexprs: dict[str, Any],
-    num_warps: int = 4,
+    fn: Any, signature: dict[str, str], constexprs: dict[str, Any], num_warps: int = 4
 ) -> Resources:
     """Compile ``fn`` for sm_90 and return ptxas's count of registers and spills."""
     compiled = triton.compile(
