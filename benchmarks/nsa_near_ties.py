@@ -47,6 +47,7 @@ from kernels.nsa.naive import _masked_softmax, block_scores, compress_mean  # no
 
 HI_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LO_PARTS = ("none", "fp16", "fp8")
+P_DTYPES = {"fp32": None, "fp16": torch.float16}
 
 
 def round_fp8(x: torch.Tensor) -> torch.Tensor:
@@ -68,6 +69,7 @@ def row_scores(
     dtype: torch.dtype,
     lo: tuple[torch.Tensor, torch.Tensor] | None = None,
     lse_hi: bool = False,
+    p_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Block scores s [R, Hkv, Ts] of query rows ``rows`` (positions) as the naive reference
     makes them (forced blocks +inf, ineligible -inf), in ``dtype``; q [T, Hq, D] bf16, kc
@@ -92,6 +94,8 @@ def row_scores(
         _, lse1 = _masked_softmax(scale * hi, visible)
         shift = torch.where(torch.isfinite(lse), lse - lse1, torch.zeros_like(lse))
         p = p * torch.exp(shift)[..., None]
+    if p_dtype is not None:  # the probabilities as the P·ṽ product reads them
+        p = p.to(p_dtype).to(p.dtype)
     return block_scores(p[None], seq, hkv, cfg, pos=rows)[0]  # [R, Hkv, Ts]
 
 
@@ -118,7 +122,9 @@ def measure(seq: int, args: argparse.Namespace, cfg: NSAConfig) -> dict[str, flo
     for start in range(first, seq, args.chunk):
         rows = torch.arange(start, min(seq, start + args.chunk), device=dev)
         exact = row_scores(q, kc, rows, cfg, seq, torch.float64)
-        hi = row_scores(q, kc_hi, rows, cfg, seq, torch.float32, lo, args.lse == "hi").double()
+        hi = row_scores(
+            q, kc_hi, rows, cfg, seq, torch.float32, lo, args.lse == "hi", P_DTYPES[args.p]
+        ).double()
         top_e = exact.topk(n, dim=-1)
         top_h = hi.topk(n, dim=-1).indices.sort(dim=-1).values
         differ += int((top_e.indices.sort(dim=-1).values != top_h).any(-1).sum())
@@ -160,6 +166,13 @@ def main() -> None:
         help="hi: each head's softmax normaliser from the hi product alone (a pass 1 without "
         "the lo dot), the probabilities' numerators from hi + lo",
     )
+    ap.add_argument(
+        "--p",
+        choices=list(P_DTYPES),
+        default="fp32",
+        help="fp16: the block scores summed from the probabilities rounded to fp16, as a "
+        "tensor-core product P·Ω beside P·ṽ would read them",
+    )
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu (small --seqs)")
@@ -167,7 +180,7 @@ def main() -> None:
     print(
         f"# nsa_near_ties.py, commit {commit()}, {args.device}, Hq {args.hq} / Hkv {args.hkv} / "
         f"D {args.dim}, paper config (n {cfg.sel_count}, l' {cfg.sel_block}), seed {args.seed}, "
-        f"hi part {args.hi}, lo part {args.lo}, normaliser from {args.lse}"
+        f"hi part {args.hi}, lo part {args.lo}, normaliser from {args.lse}, p in {args.p}"
     )
     print(
         "| T | rows x KV heads decided | top-n differs | worst score error "
