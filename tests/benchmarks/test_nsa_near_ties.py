@@ -12,9 +12,11 @@ from kernels.nsa.config import NSAConfig
 CFG = NSAConfig(cmp_block=16, cmp_stride=8, sel_block=16, sel_count=4, window=32)
 
 
-def _measure(seed: int, hi: str, lo: str = "none", lse: str = "same") -> dict[str, float]:
+def _measure(
+    seed: int, hi: str, lo: str = "none", lse: str = "same", p: str = "fp32"
+) -> dict[str, float]:
     args = argparse.Namespace(
-        hq=16, hkv=1, dim=64, chunk=257, seed=seed, device="cpu", hi=hi, lo=lo, lse=lse
+        hq=16, hkv=1, dim=64, chunk=257, seed=seed, device="cpu", hi=hi, lo=lo, lse=lse, p=p
     )
     return nt.measure(2000, args, CFG)
 
@@ -70,6 +72,19 @@ def test_a_hi_only_normaliser_errs_between_hi_plus_lo_and_hi_only() -> None:
         assert r_lo["worst_err"] < r_lse["worst_err"] < r_hi["worst_err"] / 2
         assert r_lse["differ"] <= r_lse["near2"] <= r_lse["rows"]
         assert _measure(seed, "fp16", "none", "hi") == r_hi
+
+
+def test_fp16_probabilities_err_more_than_the_split_they_follow() -> None:
+    """``--p fp16`` (the block scores summed from probabilities rounded to fp16, as a
+    tensor-core P·Ω product would read them): the rounding of each p (2^-11 relative) swamps
+    the fp8 lo split's logit error, so the worst score error grows several times over the
+    same split's in fp32 (25x at the paper shape, 4k), and the counts still hang together."""
+    for seed in (0, 1):
+        r32 = _measure(seed, "fp16", "fp8", "hi")
+        r16 = _measure(seed, "fp16", "fp8", "hi", "fp16")
+        assert r16["worst_err"] > 3 * r32["worst_err"]
+        assert r16["differ"] >= r32["differ"]
+        assert r16["differ"] <= r16["near2"] <= r16["rows"]
 
 
 def test_round_fp8_keeps_e4m3_precision_under_its_scale() -> None:
