@@ -277,6 +277,9 @@ SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
     "v2": ("v2", None),
     "v3r2": ("v3", 2),
     "v3r4": ("v3", 4),
+    # the forced blocks in the window kernel: its "slc" row also runs that kernel (the
+    # selection alone cannot run without it); the "total fwd" rows are the ones to compare
+    "v5": ("v5", None),
 }
 
 

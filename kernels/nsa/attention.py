@@ -16,7 +16,7 @@ import torch
 from kernels.nsa._triton_common import interpreting, use_triton
 from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
 from kernels.nsa.config import NSAAux, NSAConfig
-from kernels.nsa.selection import SELECTION_IMPLS
+from kernels.nsa.selection import SELECTION_IMPLS, forced_and_combined
 from kernels.nsa.selection_bwd import DQ_PATHS
 from kernels.nsa.topn import DEFAULT_TOPN_FORM, TOPN_FORMS
 from kernels.nsa.torch_path import (
@@ -26,7 +26,7 @@ from kernels.nsa.torch_path import (
     window_torch,
 )
 from kernels.nsa.validate import NSADims, check_nsa_args
-from kernels.nsa.window import WINDOW_IMPLS, window_triton
+from kernels.nsa.window import WINDOW_IMPLS, window_forced_triton, window_triton
 
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
 # forgot to write shows up as NaN instead of passing as stale memory.
@@ -374,7 +374,7 @@ def _forward(
     )
     if fast:
         out, o_slc, lse_slc, o_win, lse_win = selection_and_window(
-            q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, return_aux
+            q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, return_aux, block_indices is None
         )
     else:
         o_slc, lse_slc = selection_torch(q, k, v, idx, cfg, dims.scale)
@@ -433,18 +433,33 @@ def selection_and_window(
     idx: torch.Tensor,
     o_dtype: torch.dtype,
     keep_o_win: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    own_topn: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """The selection and window branches and the gated combine on the Triton path, after
-    ``compressed_branch``: (out in q's dtype, o_slc, lse_slc, o_win or None, lse_win).
-    Shared by the no-grad forward and ``backward._forward_parts``.
+    ``compressed_branch``: (out in q's dtype, o_slc, lse_slc, o_win, lse_win); o_slc and
+    o_win are None unless ``keep_o_win``. Shared by the no-grad forward and
+    ``backward._forward_parts``.
 
-    ``keep_o_win``: the window kernel also writes its branch's own output (in o_dtype), as
-    the backward and the aux need. The window kernel runs last and combines in its epilogue.
-    Running it on a side stream instead, beside the compressed branch or the selection, with
-    the combine as a kernel of its own, was slower (run 71: the forward at 1.013-1.021 of
-    this order, 16k and 64k).
+    ``keep_o_win``: the branches' own outputs (in o_dtype) are also written, as the backward
+    and the aux need. The window kernel runs last and combines in its epilogue. Running it on
+    a side stream instead, beside the compressed branch or the selection, with the combine as
+    a kernel of its own, was slower (run 71: the forward at 1.013-1.021 of this order, 16k and
+    64k). Selection variant v5 reverses the order where idx is the top-n's (``own_topn``: its
+    forced blocks in place): the window kernel first, also attending to the forced blocks,
+    then the selection kernel on the picked ones, merging and combining in its epilogue.
     """
-    selection_fn = SELECTION_IMPLS[variant("selection")]
+    name = variant("selection")
+    if name == "v5" and own_topn:
+        o_win, lse_win, o_f, lse_f = window_forced_triton(q, k, v, cfg, dims.scale, _alloc, o_dtype)
+        shape = q.shape[:3] + (v.shape[3],)
+        out = _alloc(shape, dtype=q.dtype, device=q.device)
+        o_slc = _alloc(shape, dtype=o_dtype, device=q.device) if keep_o_win else None
+        lse_slc = forced_and_combined(
+            q, k, v, idx, cfg, dims.scale, (o_f, lse_f), (o_cmp, o_win, gates), out, o_slc, _alloc
+        )
+        return out, o_slc, lse_slc, (o_win if keep_o_win else None), lse_win
+    # given indices need not hold the forced blocks: v5 runs as v2 there
+    selection_fn = SELECTION_IMPLS["v2" if name == "v5" else name]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
     o_win = None
     if keep_o_win:

@@ -93,7 +93,7 @@ def _forward_parts(
     kc = kc32 if split else kc32.to(kc_dtype)
     o_cmp, lse_cmp, idx = fwd.compressed_branch(q, kc, vc, cfg, dims, split, block_indices, o_dtype)
     out, o_slc, lse_slc, o_win, lse_win = fwd.selection_and_window(
-        q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, True
+        q, k, v, gates, cfg, dims, o_cmp, idx, o_dtype, True, block_indices is None
     )
     return {
         "out": out,

@@ -25,6 +25,7 @@ from kernels.nsa._triton_common import (
     pow2,
 )
 from kernels.nsa.config import NSAConfig
+from kernels.nsa.window import window_forced_triton
 
 _LOG2E = 1.4426950408889634
 
@@ -50,6 +51,16 @@ def nsa_selection_fwd_kernel(
     IDX,  # [B, T, Hkv, n] int32, −1 = empty
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
+    OF,  # SKIP_FORCED: [B, T, Hq, Dv] the forced blocks' partial output (window kernel), O's strides
+    LSEF,  # SKIP_FORCED: [B, T, Hq] fp32 its log-sum-exp in base 2, LSE's strides
+    OC,  # COMBINE: o_cmp [B, T, Hq, Dv], O's strides
+    OW,  # COMBINE: o_win [B, T, Hq, Dv], O's strides
+    GATES,  # COMBINE: [B, T, Hq, 3]
+    OUT,  # COMBINE: out [B, T, Hq, Dv] in q's dtype, O's strides
+    sg_b,
+    sg_t,
+    sg_h,
+    sg_c,
     sq_b,
     sq_t,
     sq_h,
@@ -246,7 +257,8 @@ def _slc_v2_configs() -> list[triton.Config]:
 
 
 @triton.autotune(
-    configs=_slc_v2_configs(), key=["T", "G", "R", "BLOCK_M", "BLOCK_DK", "BLOCK_DV", "N_UNION"]
+    configs=_slc_v2_configs(),
+    key=["T", "G", "R", "BLOCK_M", "BLOCK_DK", "BLOCK_DV", "N_UNION", "SKIP_FORCED", "COMBINE"],
 )
 @triton.jit
 def nsa_selection_fwd_kernel_v2(
@@ -258,6 +270,16 @@ def nsa_selection_fwd_kernel_v2(
     CNT,  # R > 1: [B, ⌈T/R⌉, Hkv] int32 number of valid union entries
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
+    OF,  # SKIP_FORCED: [B, T, Hq, Dv] the forced blocks' partial output (window kernel), O's strides
+    LSEF,  # SKIP_FORCED: [B, T, Hq] fp32 its log-sum-exp in base 2, LSE's strides
+    OC,  # COMBINE: o_cmp [B, T, Hq, Dv], O's strides
+    OW,  # COMBINE: o_win [B, T, Hq, Dv], O's strides
+    GATES,  # COMBINE: [B, T, Hq, 3]
+    OUT,  # COMBINE: out [B, T, Hq, Dv] in q's dtype, O's strides
+    sg_b,
+    sg_t,
+    sg_h,
+    sg_c,
     sq_b,
     sq_t,
     sq_h,
@@ -298,6 +320,13 @@ def nsa_selection_fwd_kernel_v2(
     DOT_F32: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     KSPLIT: tl.constexpr = 1,  # key sub-tiles per block tile (kept ≥ 16 keys for tl.dot)
+    # variant v5 (R = 1, indices from the top-n): the forced blocks are left to the window
+    # kernel, whose partial softmax (OF, LSEF) is merged after the picked blocks
+    SKIP_FORCED: tl.constexpr = False,
+    N_INIT: tl.constexpr = 1,
+    N_LOCAL: tl.constexpr = 2,
+    COMBINE: tl.constexpr = False,  # the gated sum into OUT in the epilogue
+    WRITE_OS: tl.constexpr = True,  # with COMBINE: also o_slc into O (the backward's, aux)
 ):
     BLOCK_K: tl.constexpr = BLOCK_KF // KSPLIT if BLOCK_KF // KSPLIT >= 16 else BLOCK_KF
     N_SUB: tl.constexpr = (L_SEL + BLOCK_K - 1) // BLOCK_K  # key tiles per selected block
@@ -324,6 +353,12 @@ def nsa_selection_fwd_kernel_v2(
     if R == 1:
         list_base = IDX + b * si_b + t0 * si_t + g * si_h
         n_iter = N_SEL * N_SUB
+        if SKIP_FORCED:
+            # the top-n's lists are ascending: the init blocks come first and the local ones
+            # last, so a full row's picked blocks are slots [N_INIT, N_SEL − N_LOCAL); a row
+            # with fewer blocks has its forced ones masked below
+            list_base += N_INIT
+            n_iter = (N_SEL - N_INIT - N_LOCAL) * N_SUB
     else:
         # Each row's own block list, to mask blocks of the union its position did not choose.
         kk = tl.arange(0, BLOCK_N)
@@ -345,6 +380,9 @@ def nsa_selection_fwd_kernel_v2(
         blk = tl.load(list_base + slot)  # scalar block index (−1: empty slot, all masked)
         tok = blk * L_SEL + u0 + u  # [BLOCK_K]
         kin = (u0 + u < L_SEL) & (tok >= 0) & (tok < T)
+        if SKIP_FORCED:
+            # not forced: init_blocks <= blk <= t0 // L_SEL - N_LOCAL, in keys
+            kin = kin & (tok >= N_INIT * L_SEL) & (tok < (t0 // L_SEL - N_LOCAL + 1) * L_SEL)
         kt, vt = gather_kv(k_base, v_base, tok, kin, sk_t, sv_t, offs_dk, offs_dv, DK, DV)
         if DOT_F32:
             kt = kt.to(tl.float32)
@@ -364,14 +402,32 @@ def nsa_selection_fwd_kernel_v2(
         else:
             acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
         m_i = m_new
+    optr = b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :]
+    omask = row_ok[:, None] & (offs_dv[None, :] < DV)
+    if SKIP_FORCED:  # merge the forced blocks' partial: never empty (a row sees its own key)
+        lse_f = tl.load(LSEF + b * sl_b + t * sl_t + h, mask=row_ok, other=0.0)
+        o_f = tl.load(OF + optr, mask=omask, other=0.0).to(tl.float32)
+        m_new = tl.maximum(m_i, lse_f)
+        alpha = tl.exp2(m_i - m_new)
+        beta = tl.exp2(lse_f - m_new)
+        l_i = l_i * alpha + beta
+        acc = acc * alpha[:, None] + o_f * beta[:, None]
+        m_i = m_new
     has = l_i > 0
     inv = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
     lse2 = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
-    tl.store(
-        O + b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :],
-        (acc * inv[:, None]).to(O.dtype.element_ty),
-        mask=row_ok[:, None] & (offs_dv[None, :] < DV),
-    )
+    o_s = acc * inv[:, None]
+    if COMBINE:
+        gbase = GATES + b * sg_b + t * sg_t + h * sg_h
+        g0 = tl.load(gbase, mask=row_ok, other=0.0).to(tl.float32)
+        g1 = tl.load(gbase + sg_c, mask=row_ok, other=0.0).to(tl.float32)
+        g2 = tl.load(gbase + 2 * sg_c, mask=row_ok, other=0.0).to(tl.float32)
+        out = g1[:, None] * o_s
+        out += g0[:, None] * tl.load(OC + optr, mask=omask, other=0.0).to(tl.float32)
+        out += g2[:, None] * tl.load(OW + optr, mask=omask, other=0.0).to(tl.float32)
+        tl.store(OUT + optr, out.to(OUT.dtype.element_ty), mask=omask)
+    if WRITE_OS:
+        tl.store(O + optr, o_s.to(O.dtype.element_ty), mask=omask)
     tl.store(LSE + b * sl_b + t * sl_t + h, lse2 * 0.6931471805599453, mask=row_ok)
 
 
@@ -413,13 +469,89 @@ def selection_triton_v2(
 
     Same contract as ``selection_triton``.
     """
+    b, t, hq, _ = q.shape
+    dev = q.device
+    o = alloc((b, t, hq, v.shape[3]), dtype=out_dtype, device=dev)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    _launch_v2(q, k, v, idx, cfg, scale, o, lse, max(1, int(positions)))
+    return o, lse
+
+
+def selection_triton_v5(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    idx: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    alloc: object = torch.empty,
+    out_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Variant v5 alone (same contract as ``selection_triton``; idx must be the top-n's, with
+    its forced blocks): the window kernel attends to the forced blocks
+    (``window.window_forced_triton``, its window output unused here) and v2's kernel to the
+    picked ones, merging the two. The forward runs it as ``forced_and_combined`` instead,
+    where the window output is the branch's own and the gated sum is fused in."""
+    b, t, hq, _ = q.shape
+    _, _, o_f, lse_f = window_forced_triton(q, k, v, cfg, scale, alloc, out_dtype)
+    o = alloc((b, t, hq, v.shape[3]), dtype=out_dtype, device=q.device)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=q.device)  # type: ignore[operator]
+    _launch_v2(q, k, v, idx, cfg, scale, o, lse, 1, forced=(o_f, lse_f))
+    return o, lse
+
+
+def forced_and_combined(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    idx: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    forced: tuple[torch.Tensor, torch.Tensor],
+    combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    out: torch.Tensor,
+    o_slc: torch.Tensor | None,
+    alloc: object = torch.empty,
+) -> torch.Tensor:
+    """Variant v5's kernel in the forward: the picked blocks of ``idx`` (the top-n's), merged
+    with the forced blocks' partial ``forced`` = (o_f, lse2_f) from
+    ``window.window_forced_triton``, and the gated sum g0·o_cmp + g1·o_slc + g2·o_win of
+    ``combine`` = (o_cmp, o_win, gates) written to ``out`` (q's dtype); o_slc, when given,
+    receives the branch's own output. Returns lse_slc."""
+    b, t, hq, _ = q.shape
+    lse = alloc((b, t, hq), dtype=torch.float32, device=q.device)  # type: ignore[operator]
+    o = out if o_slc is None else o_slc  # O only names the strides when WRITE_OS is off
+    _launch_v2(q, k, v, idx, cfg, scale, o, lse, 1, forced, (*combine, out), o_slc is not None)
+    return lse
+
+
+def _launch_v2(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    idx: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    r: int,
+    forced: tuple[torch.Tensor, torch.Tensor] | None = None,
+    combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    write_os: bool = True,
+) -> None:
+    """``nsa_selection_fwd_kernel_v2`` on the given outputs. forced = (o_f, lse2_f): skip the
+    forced blocks and merge that partial (R = 1); combine = (o_cmp, o_win, gates, out): the
+    gated sum into out. Every [B, T, Hq, Dv] tensor shares o's strides, lse2_f lse's."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
-    r = max(1, int(positions))
-    dev = q.device
-    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
-    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    assert forced is None or r == 1, "the forced blocks are skipped only at R = 1"
+    for x in (*(forced or ())[:1], *(combine or ())[:2], *(combine or ())[3:]):
+        assert x.stride() == o.stride(), "o_f, o_cmp, o_win, out: o's strides"
+    if forced is not None:
+        assert forced[1].stride() == lse.stride()
+    o_f, lse_f = forced if forced is not None else (o, lse)  # placeholders: never read
+    o_c, o_w, gates, out = combine if combine is not None else (o, o, lse.unsqueeze(-1), o)
     idx = idx.to(torch.int32).contiguous()
     if r > 1:
         uni, cnt = union_blocks(idx, r)
@@ -435,6 +567,16 @@ def selection_triton_v2(
         cnt,
         o,
         lse,
+        o_f,
+        lse_f,
+        o_c,
+        o_w,
+        gates,
+        out,
+        gates.stride(0),
+        gates.stride(1),
+        gates.stride(2),
+        gates.stride(3),
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -473,8 +615,12 @@ def selection_triton_v2(
         BLOCK_DK=pow2(dk),
         BLOCK_DV=pow2(dv),
         DOT_F32=dot_f32(q.dtype),
+        SKIP_FORCED=forced is not None,
+        N_INIT=cfg.sel_init,
+        N_LOCAL=cfg.sel_local,
+        COMBINE=combine is not None,
+        WRITE_OS=write_os,
     )
-    return o, lse
 
 
 def selection_triton_v3(
@@ -495,8 +641,12 @@ def selection_triton_v3(
     return selection_triton_v2(q, k, v, idx, cfg, scale, alloc, out_dtype, r)
 
 
+# v5: v2's kernel on the picked blocks only, the forced ones attended to by the window kernel
+# (nsa_forced_probe.py, run 96, one H100, 64k: v2 on the picked blocks alone took 0.824 of its
+# time on all n; the forward runs it through ``forced_and_combined``)
 SELECTION_IMPLS = {
     "v1": selection_triton,
     "v2": selection_triton_v2,
     "v3": selection_triton_v3,
+    "v5": selection_triton_v5,
 }

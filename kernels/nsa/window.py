@@ -17,6 +17,7 @@ import triton.language as tl
 
 from kernels._gluon_switch import gluon_or_none
 from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+from kernels.nsa.config import NSAConfig
 
 _LOG2E = 1.4426950408889634
 
@@ -63,15 +64,22 @@ def _win_tile(
     if MASKED:
         vis = kin[None, :] & (kpos[None, :] <= t[:, None]) & (kpos[None, :] > t[:, None] - W)
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
+    vt = tl.load(v_base + kpos[:, None] * sv_t + offs_dv[None, :], mask=vmask, other=0.0)
+    return _online_step(s, vt, m_i, l_i, acc, DOT_F32, MASKED)
+
+
+@triton.jit
+def _online_step(s, vt, m_i, l_i, acc, DOT_F32: tl.constexpr, GUARD: tl.constexpr):
+    """Fold one tile's logits s (base 2, −inf where masked) and values vt into the online
+    softmax (m_i, l_i, acc). GUARD: a row may have seen only −inf so far."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if GUARD:  # noqa: SIM108 - constexpr branch
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     else:
-        m_new = tl.maximum(m_i, tl.max(s, 1))
         m_safe = m_new
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    vt = tl.load(v_base + kpos[:, None] * sv_t + offs_dv[None, :], mask=vmask, other=0.0)
     if DOT_F32:
         acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
     else:
@@ -79,9 +87,42 @@ def _win_tile(
     return m_new, l_i, acc
 
 
+@triton.jit
+def _forced_tile(
+    q, k_base, v_base, sk_t, sv_t, n0, klo, khi, t, qk_scale, m_i, l_i, acc,
+    offs_dk, offs_dv,
+    L_SEL: tl.constexpr, N_INIT: tl.constexpr, N_LOCAL: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """One K/V tile of the selection branch's forced blocks (the first N_INIT blocks and the
+    N_LOCAL last ones up to each row's position t) folded into their own online softmax:
+    keys [n0, n0 + BLOCK_N) ∩ [klo, khi), causal per row."""
+    kpos = n0 + tl.arange(0, BLOCK_N)
+    kin = (kpos >= klo) & (kpos < khi)
+    kt = tl.load(
+        k_base + kpos[None, :] * sk_t + offs_dk[:, None],
+        mask=kin[None, :] & (offs_dk[:, None] < DK),
+        other=0.0,
+    )
+    if DOT_F32:
+        kt = kt.to(tl.float32)
+    s = mma(q, kt, DOT_F32) * qk_scale
+    blk = kpos // L_SEL
+    cur = t // L_SEL
+    forced = (blk[None, :] < N_INIT) | (blk[None, :] > cur[:, None] - N_LOCAL)
+    vis = kin[None, :] & forced & (kpos[None, :] <= t[:, None])
+    s = tl.where(vis, s, float("-inf"))
+    vt = tl.load(
+        v_base + kpos[:, None] * sv_t + offs_dv[None, :],
+        mask=kin[:, None] & (offs_dv[None, :] < DV),
+        other=0.0,
+    )
+    return _online_step(s, vt, m_i, l_i, acc, DOT_F32, True)
+
+
 @triton.autotune(
     configs=_win_configs(),
-    key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW", "SPLIT"],
+    key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW", "SPLIT", "FORCED"],
 )
 @triton.jit
 def nsa_window_fwd_kernel(
@@ -94,6 +135,8 @@ def nsa_window_fwd_kernel(
     OS,  # [B, T, Hq, Dv] fp32 or fp16 o_slc (COMBINE only)
     GATES,  # [B, T, Hq, 3] (COMBINE only)
     OW,  # [B, T, Hq, Dv] fp32 or fp16 o_win, O's strides (COMBINE and WRITE_OW only)
+    OF,  # FORCED: [B, T, Hq, Dv] the forced blocks' partial selection output, O's strides
+    LSEF,  # FORCED: [B, T, Hq] fp32 its log-sum-exp in base 2, LSE's strides
     sq_b,
     sq_t,
     sq_h,
@@ -128,6 +171,10 @@ def nsa_window_fwd_kernel(
     WRITE_OW: tl.constexpr,  # the backward needs o_win beside the combined out
     DOT_F32: tl.constexpr,
     SPLIT: tl.constexpr,  # variant v2: mask only the band's edge tiles; leaner epilogue
+    FORCED: tl.constexpr,  # also the selection's forced blocks (selection variant v5)
+    L_SEL: tl.constexpr,
+    N_INIT: tl.constexpr,
+    N_LOCAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -213,7 +260,34 @@ def nsa_window_fwd_kernel(
         if WRITE_OW:
             tl.store(OW + optr, o_win.to(OW.dtype.element_ty), mask=omask)
     else:
-        tl.store(O + optr, o_win, mask=omask)
+        tl.store(O + optr, o_win.to(O.dtype.element_ty), mask=omask)
+    if FORCED:
+        # The selection branch's forced blocks, attended to here where their keys were just
+        # loaded (the local ones lie inside the window) and shared by the program's rows;
+        # the selection kernel gathers only the picked blocks and merges this partial
+        # softmax (selection variant v5). Init blocks first, then the local ones from the
+        # program's first row's, each key counted once (klo).
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+        init_hi = tl.minimum(N_INIT * L_SEL, hi)
+        for n0 in range(0, init_hi, BLOCK_N):
+            m_i, l_i, acc = _forced_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, 0, init_hi, t, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, L_SEL, N_INIT, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
+            )  # fmt: skip
+        local_lo = tl.maximum((t0 // L_SEL - N_LOCAL + 1) * L_SEL, N_INIT * L_SEL)
+        for n0 in range(local_lo, hi, BLOCK_N):
+            m_i, l_i, acc = _forced_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, local_lo, hi, t, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, L_SEL, N_INIT, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
+            )  # fmt: skip
+        # every row sees its own key (the local block holding t is forced): l_i > 0
+        ok = l_i > 0
+        o_f = acc * tl.where(ok, 1.0 / tl.where(ok, l_i, 1.0), 0.0)[:, None]
+        lse2_f = tl.where(ok, m_i + tl.log2(tl.where(ok, l_i, 1.0)), float("-inf"))
+        tl.store(OF + optr, o_f.to(OF.dtype.element_ty), mask=omask)
+        tl.store(LSEF + b * sl_b + t * sl_t + h, lse2_f, mask=row_ok)
 
 
 def window_triton(
@@ -234,13 +308,57 @@ def window_triton(
 
     With combine, o_win (a contiguous fp32 or fp16 [B, T, Hq, Dv] buffer) also receives the window
     branch's own output, for the backward and the aux (one pass, not a second window kernel)."""
+    b, t, hq, _ = q.shape
+    dv = v.shape[3]
+    out_dtype = q.dtype if combine is not None else torch.float32
+    o = alloc((b, t, hq, dv), dtype=out_dtype, device=q.device)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=q.device)  # type: ignore[operator]
+    _launch(q, k, v, window, scale, o, lse, combine, o_win, split)
+    return o, lse
+
+
+def window_forced_triton(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cfg: NSAConfig,
+    scale: float,
+    alloc: object = torch.empty,
+    out_dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The window branch (no combine) and, from the same program, the selection branch's
+    forced blocks (the first ``sel_init`` blocks and the ``sel_local`` last ones up to each
+    position) as a partial softmax: (o_win, lse_win, o_forced, lse2_forced), the outputs in
+    ``out_dtype``, lse_win natural, lse2_forced in base 2 (fp32). Selection variant v5 merges
+    the partial into its picked blocks' softmax (``selection.selection_triton_v5``)."""
+    b, t, hq, _ = q.shape
+    shape, dev = (b, t, hq, v.shape[3]), q.device
+    o = alloc(shape, dtype=out_dtype, device=dev)  # type: ignore[operator]
+    o_f = alloc(shape, dtype=out_dtype, device=dev)  # type: ignore[operator]
+    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    lse_f = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
+    _launch(q, k, v, cfg.window, scale, o, lse, None, None, False, (o_f, lse_f, cfg))
+    return o, lse, o_f, lse_f
+
+
+def _launch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float,
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    o_win: torch.Tensor | None,
+    split: bool,
+    forced: tuple[torch.Tensor, torch.Tensor, NSAConfig] | None = None,
+) -> None:
+    """``nsa_window_fwd_kernel`` on the given outputs (o, lse; with ``forced``: the forced
+    blocks' o_f, lse_f of the same shapes and strides, and the config naming the blocks)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
-    dev = q.device
-    out_dtype = q.dtype if combine is not None else torch.float32
-    o = alloc((b, t, hq, dv), dtype=out_dtype, device=dev)  # type: ignore[operator]
-    lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     if combine is not None:
         o_cmp, o_slc, gates = combine
         o_cmp, o_slc = o_cmp.contiguous(), o_slc.contiguous()
@@ -249,6 +367,9 @@ def window_triton(
     if split and combine is not None:  # the SPLIT epilogue indexes o_cmp, o_slc as it does o
         assert o_cmp.stride() == o_slc.stride() == o.stride(), "o_cmp, o_slc, out: same strides"
     write_ow = combine is not None and o_win is not None
+    cfg = forced[2] if forced is not None else NSAConfig()  # only FORCED reads its blocks
+    if forced is not None:
+        assert forced[0].stride() == o.stride() and forced[1].stride() == lse.stride()
     if write_ow:
         assert o_win is not None and o_win.shape == o.shape and o_win.is_contiguous()
         assert o_win.dtype in (torch.float32, torch.float16) and o.is_contiguous()
@@ -266,6 +387,8 @@ def window_triton(
         o_slc,
         gates,
         o_win if write_ow else o,  # placeholder when not written
+        o if forced is None else forced[0],
+        lse if forced is None else forced[1],
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -300,8 +423,11 @@ def window_triton(
         WRITE_OW=write_ow,
         DOT_F32=dot_f32(q.dtype),
         SPLIT=split,
+        FORCED=forced is not None,
+        L_SEL=cfg.sel_block,
+        N_INIT=cfg.sel_init,
+        N_LOCAL=cfg.sel_local,
     )
-    return o, lse
 
 
 def _window_gluon(

@@ -101,6 +101,28 @@ def test_triton_given_indices_and_compression() -> None:
     assert_matches(out, aux, ref_out, ref_aux, torch.bfloat16)
 
 
+def test_selection_v5_runs_as_v2_on_given_indices(use_variants) -> None:  # noqa: ANN001
+    """Given indices need not hold the forced blocks that v5 leaves to the window kernel
+    (here: the init block only on even positions), so v5 runs v2 there: the same out and aux
+    bit for bit, both right against the reference; and without aux, the same out."""
+    cfg = replace(SMALL, compress="mean")
+    q, k, v, g = make_inputs(1, 70, 4, 1, 16, torch.float32, seed=9)
+    idx = torch.full((1, 70, 1, cfg.sel_count), -1, dtype=torch.int32)
+    for t in range(70):
+        cur = t // cfg.sel_block
+        chosen = sorted({cur} | ({0} if t % 2 == 0 else set()))
+        idx[0, t, 0, : len(chosen)] = torch.tensor(chosen)
+    runs = {}
+    for name in ("v2", "v5"):
+        use_variants(name, "v2h")
+        runs[name] = nsa_attention(q, k, v, g, cfg, block_indices=idx, return_aux=True)
+        assert torch.equal(nsa_attention(q, k, v, g, cfg, block_indices=idx), runs[name][0])
+    (o2, a2), (o5, a5) = runs["v2"], runs["v5"]
+    assert torch.equal(o5, o2) and torch.equal(a5.o_slc, a2.o_slc)
+    ref_out, ref_aux = reference(q, k, v, g, cfg, block_indices=idx)
+    assert_matches(o5, a5, ref_out, ref_aux, torch.float32)
+
+
 def test_triton_planted_scores_stage1() -> None:
     q, k, v, g, expected = planted_inputs(100, 4, 2, 16, MID, torch.bfloat16, seed=4)
     out, aux = nsa_attention(q, k, v, g, MID, return_aux=True)
@@ -156,6 +178,11 @@ def use_variants(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - pytest fixt
         ("v3", "v2", 2, 100, 8, 2, torch.bfloat16, MID),
         ("v1", "v2h", None, 161, 8, 1, torch.bfloat16, FINE),
         ("v2", "v3h", None, 90, 4, 2, torch.float32, SMALL),
+        # v5: the forced blocks in the window kernel, the picked ones in v2's, the combine
+        # after; MID's local blocks reach past its window, FINE's rows fill n from t = 24
+        ("v5", "v2h", None, 77, 4, 2, torch.float32, SMALL),
+        ("v5", "v2h", None, 100, 8, 1, torch.bfloat16, MID),
+        ("v5", "v2h", None, 61, 16, 1, torch.bfloat16, FINE),
     ],
 )
 def test_triton_variants_match_naive(
@@ -623,7 +650,9 @@ def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
         assert not bad, f"{form}: {len(bad)} rows differ, first {bad[:3]}"
 
 
-@pytest.mark.parametrize("sel_variant", ["v1", "v2"])  # v3 is v2's kernel
+# v3 is v2's kernel; v5 stores the forced blocks' partial in the branch dtype too, so its
+# fp16 o_slc is rounded twice (its accuracy: test_triton_variants_match_naive)
+@pytest.mark.parametrize("sel_variant", ["v1", "v2"])
 def test_fp16_branch_outputs_round_only_the_store(sel_variant: str) -> None:
     """o_cmp and o_slc stored as fp16 (``attention.branch_dtype``) are the fp32 results
     rounded once at the store, bit for bit, and the fused combine and the backward's

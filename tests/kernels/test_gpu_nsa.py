@@ -161,6 +161,7 @@ VARIANT_COMBOS = [
     ("v1", "v3", None),
     ("v2", "v3h", None),
     ("v1", "v2h", None),
+    ("v5", "g3h8s", None),  # the forced blocks in the window kernel
 ]
 
 
@@ -233,7 +234,10 @@ def test_gpu_variants_planted_and_given(
     assert_lse_close(aux.lse_cmp, ref_aux.lse_cmp, 1e-3, "lse_cmp")
     # given indices (selection kernel alone on the planted sets)
     out2 = nsa_attention(q, k, v, g, PAPER, block_indices=aux.block_indices)
-    assert torch.equal(out, out2)
+    if slc == "v5":  # given indices run v2's kernel on all n blocks: the same sums, reordered
+        assert err_ratio(out2, out) <= 1e-3
+    else:
+        assert torch.equal(out, out2)
 
 
 @pytest.mark.parametrize(
@@ -410,7 +414,7 @@ def test_gpu_backward_given_compression_batch2() -> None:
 
 @pytest.mark.parametrize(
     ("slc", "cmp", "r"),
-    [("v3", "v3", 2), ("v2", "v2", None), ("v2", "v3h", None)],
+    [("v3", "v3", 2), ("v2", "v2", None), ("v2", "v3h", None), ("v5", "g3h8s", None)],
 )
 def test_gpu_backward_after_forward_variants(
     monkeypatch: pytest.MonkeyPatch, slc: str, cmp: str, r: int | None

@@ -186,6 +186,18 @@ def test_gradients_match_naive(
     _check(got, want, dtype)
 
 
+@pytest.mark.parametrize("case", [0, 5])
+def test_selection_v5_gradients_match_naive(case: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Selection variant v5 (the forced blocks attended to by the window kernel, merged into
+    the picked ones' softmax) keeps what the backward reads: o_slc, lse_slc, o_win."""
+    b, t, hq, hkv, dk, dv, dtype, cfg = CASES[case]
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection", "v5")
+    x = _inputs(b, t, hq, hkv, dk, dv, dtype, cfg, seed=t + hq)
+    wanted = tuple(n for n in NAMES if n in x)
+    got, want, _ = _run(x, cfg, wanted)
+    _check(got, want, dtype)
+
+
 def test_only_requested_gradients_are_computed() -> None:
     """Inputs that do not require grad get none; the others are still right."""
     x = _inputs(1, 53, 2, 1, 16, 16, torch.float32, GIVEN, seed=5)
