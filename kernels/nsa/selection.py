@@ -51,16 +51,6 @@ def nsa_selection_fwd_kernel(
     IDX,  # [B, T, Hkv, n] int32, −1 = empty
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
-    OF,  # SKIP_FORCED: [B, T, Hq, Dv] the forced blocks' partial output (window kernel), O's strides
-    LSEF,  # SKIP_FORCED: [B, T, Hq] fp32 its log-sum-exp in base 2, LSE's strides
-    OC,  # COMBINE: o_cmp [B, T, Hq, Dv], O's strides
-    OW,  # COMBINE: o_win [B, T, Hq, Dv], O's strides
-    GATES,  # COMBINE: [B, T, Hq, 3]
-    OUT,  # COMBINE: out [B, T, Hq, Dv] in q's dtype, O's strides
-    sg_b,
-    sg_t,
-    sg_h,
-    sg_c,
     sq_b,
     sq_t,
     sq_h,
@@ -270,7 +260,7 @@ def nsa_selection_fwd_kernel_v2(
     CNT,  # R > 1: [B, ⌈T/R⌉, Hkv] int32 number of valid union entries
     O,  # [B, T, Hq, Dv] fp32, or fp16 (attention.branch_dtype)
     LSE,  # [B, T, Hq] fp32
-    OF,  # SKIP_FORCED: [B, T, Hq, Dv] the forced blocks' partial output (window kernel), O's strides
+    OF,  # SKIP_FORCED: [B, T, Hq, Dv] the forced blocks' partial (window kernel), O's strides
     LSEF,  # SKIP_FORCED: [B, T, Hq] fp32 its log-sum-exp in base 2, LSE's strides
     OC,  # COMBINE: o_cmp [B, T, Hq, Dv], O's strides
     OW,  # COMBINE: o_win [B, T, Hq, Dv], O's strides
