@@ -69,9 +69,13 @@ VARIANTS: dict[str, str | None] = {
 # runs' spread of g3h8s, so the simpler one is the default. Selection v4 (the forced blocks
 # gathered once per R positions) took 27.0 / 32.6 / 171.8 ms at R 2 / 4 / 8 against v2's
 # 16.7 (run 94: 230-242 registers at 4-8 warps, spills at 16) and was removed.
+# selection v5 (the forced blocks attended to by the window kernel, v2's kernel on the picked
+# ones with the merge and the gated combine): the whole forward 38.40 and 38.37 ms against
+# v2's 39.50 and 39.43 in two runs of one process, 6.16 against 6.49 at 16k (run 97,
+# 2026-12-06, one H100, paper config); side by side 6.23 / 14.70 / 38.16 ms at 16k / 32k / 64k.
 # topn: the compressed branch's top-n kernel, one of topn.TOPN_FORMS.
 DEFAULT_VARIANTS = {
-    "selection": "v2",
+    "selection": "v5",
     "compressed": "g3h8s",
     "selection_dq": "ds",
     "window": "v1",
