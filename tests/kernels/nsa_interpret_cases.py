@@ -20,7 +20,7 @@ from kernels.nsa._bwd_common import bwd_preprocess
 from kernels.nsa.attention import _split_fp16
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
-from kernels.nsa.selection import SELECTION_IMPLS
+from kernels.nsa.selection import SELECTION_IMPLS, forced_and_combined
 from kernels.nsa.topn import TOPN_FORMS, topn_triton
 from kernels.nsa.torch_path import compressed_torch
 from kernels.nsa.window import window_triton
@@ -496,16 +496,20 @@ def test_window_v2_trains_as_v1(monkeypatch: pytest.MonkeyPatch) -> None:
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("selection", ["v2", "v5"])
 @pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
 def test_fp16_compressed_storage_keeps_fp32_logits(
-    monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig
+    monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig, selection: str
 ) -> None:
     """The GPU's storage choice for bf16 inputs (fp16 k̃, ṽ), forced under the interpreter:
     nsa_attention must still give the compressed branch an fp32-accurate k̃ (fp16 hi + lo for
     the kernel, fp32 for the torch fallback that l′/d = 3 takes), so lse_cmp stays ≈ 1e-6
     off the fp32 reference rather than the ≈ 1e-4 of an fp16 k̃ (mean pooling; a bf16 k_cmp
-    is fp16-exact, that case checks the wiring only)."""
+    is fp16-exact, that case checks the wiring only). The combine reads o_cmp and the other
+    branch output in the window kernel (v2) or the selection kernel (v5: o_win, and the
+    forced blocks' partial in the same dtype)."""
     monkeypatch.setattr(nsa_attention_mod, "_compressed_dtype", lambda *xs: torch.float16)
+    monkeypatch.setitem(nsa_attention_mod.VARIANTS, "selection", selection)
     seen: dict[str, tuple[torch.dtype, torch.dtype]] = {}
 
     def spy(*args: object, combine: tuple[torch.Tensor, ...] | None = None, **kw: object):  # noqa: ANN202
@@ -513,7 +517,14 @@ def test_fp16_compressed_storage_keeps_fp32_logits(
             seen["combine"] = (combine[0].dtype, combine[1].dtype)
         return window_triton(*args, combine=combine, **kw)  # type: ignore[arg-type]
 
+    def spy_v5(*args: tuple[torch.Tensor, ...]):  # noqa: ANN202
+        forced, combine = args[6], args[7]
+        assert forced[0].dtype == combine[1].dtype
+        seen["combine"] = (combine[0].dtype, combine[1].dtype)
+        return forced_and_combined(*args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(nsa_attention_mod, "window_triton", spy)
+    monkeypatch.setattr(nsa_attention_mod, "forced_and_combined", spy_v5)
     q, k, v, g = make_inputs(1, 100, 4, 2, 16, torch.bfloat16, seed=12)
     q = 2 * q  # larger logits: an fp16 k̃ would show
     kw: dict[str, torch.Tensor] = {}
