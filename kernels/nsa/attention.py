@@ -445,12 +445,13 @@ def selection_and_window(
     ``backward._forward_parts``.
 
     ``keep_o_win``: the branches' own outputs (in o_dtype) are also written, as the backward
-    and the aux need. The window kernel runs last and combines in its epilogue. Running it on
-    a side stream instead, beside the compressed branch or the selection, with the combine as
-    a kernel of its own, was slower (run 71: the forward at 1.013-1.021 of this order, 16k and
-    64k). Selection variant v5 reverses the order where idx is the top-n's (``own_topn``: its
-    forced blocks in place): the window kernel first, also attending to the forced blocks,
-    then the selection kernel on the picked ones, merging and combining in its epilogue.
+    and the aux need. With selection v5 (the default) and idx the top-n's (``own_topn``: its
+    forced blocks in place), the window kernel runs first and also attends to the selection's
+    forced blocks, then the selection kernel gathers the picked ones, merges, and combines in
+    its epilogue (run 97: the forward 0.959-0.973 of v2's at 64k). Otherwise the selection
+    kernel runs first and the window kernel last, combining in its epilogue. Running the window
+    on a side stream instead, beside the compressed branch or the selection, with the combine
+    as a kernel of its own, was slower (run 71: 1.013-1.021 of the serial order).
     """
     name = variant("selection")
     if name == "v5" and own_topn:
