@@ -165,3 +165,17 @@ def median_ms(fn: Callable[[], object], cuda: bool) -> float:
         fn()
         times.append(1e3 * (time.perf_counter() - t0))
     return sorted(times)[1]
+
+
+def stored_compressed(
+    k: torch.Tensor, v: torch.Tensor, cfg: object
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.dtype]:
+    """k̃ and ṽ as ``attention._forward`` stores them for a 16-bit q: k̃ in fp32 split into
+    fp16 hi + lo, ṽ in fp16, and the branch outputs' dtype that goes with it: (kc_hi, kc_lo,
+    vc, o_dtype). For scripts that time one branch's kernels on the forward's own inputs."""
+    from kernels.nsa.attention import _split_fp16, branch_dtype
+    from kernels.nsa.torch_path import compress_mean_fast
+
+    kc_hi, kc_lo = _split_fp16(compress_mean_fast(k, cfg, torch.float32))  # type: ignore[arg-type]
+    vc = compress_mean_fast(v, cfg, torch.float16)  # type: ignore[arg-type]
+    return kc_hi, kc_lo, vc, branch_dtype(torch.float16)

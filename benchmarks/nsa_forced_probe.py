@@ -35,16 +35,14 @@ from benchmarks._common import (  # noqa: E402
     paired_median,
     round_robin_args,
     spread,
+    stored_compressed,
 )
 from kernels.nsa import NSAConfig  # noqa: E402
 from kernels.nsa.attention import (  # noqa: E402
     COMPRESSED_IMPLS,
     SELECTION_IMPLS,
-    _split_fp16,
-    branch_dtype,
     variant,
 )
-from kernels.nsa.torch_path import compress_mean_fast  # noqa: E402
 
 
 def split_forced(idx: torch.Tensor, cfg: NSAConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,9 +83,7 @@ def one(t: int, hq: int, hkv: int, dim: int, rounds: int, cfg: NSAConfig) -> Non
     """The table's rows at length t (a function: its tensors are freed on return)."""
     q, k, v, _gates = nsa_inputs(t, hq, hkv, dim, "cuda")
     scale = dim**-0.5
-    kc_hi, kc_lo = _split_fp16(compress_mean_fast(k, cfg, torch.float32))
-    vc = compress_mean_fast(v, cfg, torch.float16)
-    o_dtype = branch_dtype(torch.float16)
+    kc_hi, kc_lo, vc, o_dtype = stored_compressed(k, v, cfg)
     _, _, idx = COMPRESSED_IMPLS[variant("compressed")](
         q, kc_hi, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dtype, topn_form=variant("topn")
     )
