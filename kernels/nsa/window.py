@@ -22,40 +22,21 @@ from kernels.nsa.config import NSAConfig
 _LOG2E = 1.4426950408889634
 
 
-# With the selection's forced blocks (FORCED) the default is 256 rows (16 positions share each
-# forced tile): window + forced blocks 4.56-4.62 ms against 4.74-5.13 at 64 rows, equal at 16k
-# (run 98, 2026-12-06, one H100, paper config; the window alone stays fastest at 64 rows, 3.80
-# against 4.28-7.14).
-_FORCED_DEFAULT = (256, 64, 8, 3)
-
-
 def _win_configs() -> list[triton.Config]:
     if interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
-    configs = [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in (
-            (64, 64, 4, 3),  # measured best on H200 at 16k–64k (first = default)
-            _FORCED_DEFAULT,
-            (128, 64, 8, 3),
-            (128, 64, 4, 3),
-            (128, 128, 8, 2),
-        )
-    ]
-    tuned = autotune_configs(configs)
-    # untuned: the two defaults, one picked by FORCED (_pick_default)
-    return tuned if len(tuned) > 1 else configs[:2]
-
-
-def _pick_default(
-    configs: list[triton.Config], named_args: dict, **kwargs: object
-) -> list[triton.Config]:
-    """Untuned (``_win_configs``' two defaults): the one for the kernel's FORCED mode, with
-    16-bit inputs (fp32 tiles of 256 rows were never measured: they keep the first)."""
-    if len(configs) != 2:
-        return configs  # tuning (NSA_AUTOTUNE=1) or the interpreter's one config
-    args = {**named_args, **kwargs}
-    return configs[1:] if args.get("FORCED") and not args.get("DOT_F32") else configs[:1]
+    return autotune_configs(
+        [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+            for bm, bn, w, s in (
+                (64, 64, 4, 3),  # measured best on H200 at 16k–64k (first = default)
+                (128, 64, 8, 3),
+                (128, 64, 4, 3),
+                (128, 128, 8, 2),
+                (256, 64, 8, 3),
+            )
+        ]
+    )
 
 
 @triton.jit
@@ -142,7 +123,6 @@ def _forced_tile(
 @triton.autotune(
     configs=_win_configs(),
     key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW", "SPLIT", "FORCED"],
-    prune_configs_by={"early_config_prune": _pick_default},
 )
 @triton.jit
 def nsa_window_fwd_kernel(
