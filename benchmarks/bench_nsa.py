@@ -280,6 +280,7 @@ SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
     # the forced blocks in the window kernel: its "slc" row also runs that kernel (the
     # selection alone cannot run without it); the "total fwd" rows are the ones to compare
     "v5": ("v5", None),
+    "v5w": ("v5w", None),  # v5 with the window kernel at 256 rows
 }
 
 

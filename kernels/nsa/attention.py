@@ -454,8 +454,10 @@ def selection_and_window(
     as a kernel of its own, was slower (run 71: 1.013-1.021 of the serial order).
     """
     name = variant("selection")
-    if name == "v5" and own_topn:
-        o_win, lse_win, o_f, lse_f = window_forced_triton(q, k, v, cfg, dims.scale, _alloc, o_dtype)
+    if name in ("v5", "v5w") and own_topn:  # v5w: the window kernel at 256 rows
+        o_win, lse_win, o_f, lse_f = window_forced_triton(
+            q, k, v, cfg, dims.scale, _alloc, o_dtype, name == "v5w"
+        )
         shape = q.shape[:3] + (v.shape[3],)
         out = _alloc(shape, dtype=q.dtype, device=q.device)
         o_slc = _alloc(shape, dtype=o_dtype, device=q.device) if keep_o_win else None
@@ -464,7 +466,7 @@ def selection_and_window(
         )
         return out, o_slc, lse_slc, (o_win if keep_o_win else None), lse_win
     # given indices need not hold the forced blocks: v5 runs as v2 there
-    selection_fn = SELECTION_IMPLS["v2" if name == "v5" else name]
+    selection_fn = SELECTION_IMPLS["v2" if name in ("v5", "v5w") else name]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
     o_win = None
     if keep_o_win:

@@ -10,6 +10,7 @@ KV head, so their shared blocks (init, local, popular ones) stay in L2.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -476,14 +477,15 @@ def selection_triton_v5(
     scale: float,
     alloc: object = torch.empty,
     out_dtype: torch.dtype = torch.float32,
+    wide: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Variant v5 alone (same contract as ``selection_triton``; idx must be the top-n's, with
+    """Variant v5 alone (``wide``: v5w, the window kernel at 256 rows) (same contract as ``selection_triton``; idx must be the top-n's, with
     its forced blocks): the window kernel attends to the forced blocks
     (``window.window_forced_triton``, its window output unused here) and v2's kernel to the
     picked ones, merging the two. The forward runs it as ``forced_and_combined`` instead,
     where the window output is the branch's own and the gated sum is fused in."""
     b, t, hq, _ = q.shape
-    _, _, o_f, lse_f = window_forced_triton(q, k, v, cfg, scale, alloc, out_dtype)
+    _, _, o_f, lse_f = window_forced_triton(q, k, v, cfg, scale, alloc, out_dtype, wide)
     o = alloc((b, t, hq, v.shape[3]), dtype=out_dtype, device=q.device)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=q.device)  # type: ignore[operator]
     _launch_v2(q, k, v, idx, cfg, scale, o, lse, 1, forced=(o_f, lse_f))
@@ -639,4 +641,5 @@ SELECTION_IMPLS = {
     "v2": selection_triton_v2,
     "v3": selection_triton_v3,
     "v5": selection_triton_v5,
+    "v5w": functools.partial(selection_triton_v5, wide=True),
 }

@@ -290,6 +290,21 @@ def nsa_window_fwd_kernel(
         tl.store(LSEF + b * sl_b + t * sl_t + h, lse2_f, mask=row_ok)
 
 
+def _wide_configs() -> list[triton.Config]:
+    if interpreting():
+        return _win_configs()
+    return [triton.Config({"BLOCK_M": 256, "BLOCK_N": 64}, num_warps=8, num_stages=3)]
+
+
+# The same kernel at 256 rows a program (16 positions of a G = 16 group), for selection
+# variant v5w: with the forced blocks, 16 positions share each forced tile (run 98, one H100,
+# 64k: window + forced blocks 4.56-4.62 ms against 4.74-5.13 at 64 rows; the window alone
+# 4.85 against 3.80). Not yet timed in a whole forward or tested on a GPU.
+nsa_window_fwd_kernel_wide = triton.autotune(
+    configs=_wide_configs(), key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "FORCED"]
+)(nsa_window_fwd_kernel.fn)
+
+
 def window_triton(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -325,19 +340,22 @@ def window_forced_triton(
     scale: float,
     alloc: object = torch.empty,
     out_dtype: torch.dtype = torch.float32,
+    wide: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The window branch (no combine) and, from the same program, the selection branch's
     forced blocks (the first ``sel_init`` blocks and the ``sel_local`` last ones up to each
     position) as a partial softmax: (o_win, lse_win, o_forced, lse2_forced), the outputs in
     ``out_dtype``, lse_win natural, lse2_forced in base 2 (fp32). Selection variant v5 merges
-    the partial into its picked blocks' softmax (``selection.selection_triton_v5``)."""
+    the partial into its picked blocks' softmax (``selection.selection_triton_v5``). ``wide``:
+    256 rows a program (``nsa_window_fwd_kernel_wide``; 16-bit inputs only, fp32 keeps 64)."""
     b, t, hq, _ = q.shape
     shape, dev = (b, t, hq, v.shape[3]), q.device
     o = alloc(shape, dtype=out_dtype, device=dev)  # type: ignore[operator]
     o_f = alloc(shape, dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     lse_f = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
-    _launch(q, k, v, cfg.window, scale, o, lse, None, None, False, (o_f, lse_f, cfg))
+    wide = wide and not dot_f32(q.dtype)
+    _launch(q, k, v, cfg.window, scale, o, lse, None, None, False, (o_f, lse_f, cfg), wide)
     return o, lse, o_f, lse_f
 
 
@@ -353,9 +371,11 @@ def _launch(
     o_win: torch.Tensor | None,
     split: bool,
     forced: tuple[torch.Tensor, torch.Tensor, NSAConfig] | None = None,
+    wide: bool = False,
 ) -> None:
-    """``nsa_window_fwd_kernel`` on the given outputs (o, lse; with ``forced``: the forced
-    blocks' o_f, lse_f of the same shapes and strides, and the config naming the blocks)."""
+    """``nsa_window_fwd_kernel`` (``wide``: its 256-row launcher) on the given outputs (o,
+    lse; with ``forced``: the forced blocks' o_f, lse_f of the same shapes and strides, and
+    the config naming the blocks)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
@@ -377,7 +397,8 @@ def _launch(
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
 
-    nsa_window_fwd_kernel[grid](
+    kernel = nsa_window_fwd_kernel_wide if wide else nsa_window_fwd_kernel
+    kernel[grid](
         q,
         k,
         v,
