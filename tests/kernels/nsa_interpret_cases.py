@@ -500,8 +500,12 @@ def test_window_v2_trains_as_v1(monkeypatch: pytest.MonkeyPatch) -> None:
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("selection", ["v2", "v5"])
-@pytest.mark.parametrize("cfg", [MID, replace(SMALL, compress="given"), ODD_RATIO])
+@pytest.mark.parametrize(
+    ("cfg", "selection"),
+    # v5 once: its fp16 wiring is the same at every config (CI time: the interpreter's child
+    # took 556 s with all three)
+    [(MID, "v2"), (replace(SMALL, compress="given"), "v2"), (ODD_RATIO, "v2"), (MID, "v5")],
+)
 def test_fp16_compressed_storage_keeps_fp32_logits(
     monkeypatch: pytest.MonkeyPatch, cfg: NSAConfig, selection: str
 ) -> None:
