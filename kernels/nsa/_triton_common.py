@@ -68,3 +68,22 @@ def gather_kv(k_base, v_base, tok, kin, sk_t, sv_t, offs_dk, offs_dv,
         other=0.0,
     )
     return kt, vt
+
+
+@triton.jit
+def online_step(s, vt, m_i, l_i, acc, DOT_F32: tl.constexpr, GUARD: tl.constexpr):
+    """Fold one tile's logits s (base 2, −inf where masked) and values vt into the online
+    softmax (m_i, l_i, acc). GUARD: a row may have seen only −inf so far."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if GUARD:  # noqa: SIM108 - constexpr branch
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_safe = m_new
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if DOT_F32:
+        acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
+    else:
+        acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
+    return m_new, l_i, acc

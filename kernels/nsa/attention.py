@@ -426,6 +426,11 @@ def compressed_branch(
     return o_cmp, lse_cmp, idx
 
 
+# The selection variants that leave the forced blocks to the window kernel, each with its
+# window kernel's launcher: v5 at 64 rows a program, v5w at 256 (``window_forced_triton``).
+_FORCED_WIDE = {"v5": False, "v5w": True}
+
+
 def selection_and_window(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -454,9 +459,9 @@ def selection_and_window(
     as a kernel of its own, was slower (run 71: 1.013-1.021 of the serial order).
     """
     name = variant("selection")
-    if name in ("v5", "v5w") and own_topn:  # v5w: the window kernel at 256 rows
+    if name in _FORCED_WIDE and own_topn:
         o_win, lse_win, o_f, lse_f = window_forced_triton(
-            q, k, v, cfg, dims.scale, _alloc, o_dtype, name == "v5w"
+            q, k, v, cfg, dims.scale, _alloc, o_dtype, _FORCED_WIDE[name]
         )
         shape = q.shape[:3] + (v.shape[3],)
         out = _alloc(shape, dtype=q.dtype, device=q.device)
@@ -466,7 +471,7 @@ def selection_and_window(
         )
         return out, o_slc, lse_slc, (o_win if keep_o_win else None), lse_win
     # given indices need not hold the forced blocks: v5 runs as v2 there
-    selection_fn = SELECTION_IMPLS["v2" if name in ("v5", "v5w") else name]
+    selection_fn = SELECTION_IMPLS["v2" if name in _FORCED_WIDE else name]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
     o_win = None
     if keep_o_win:

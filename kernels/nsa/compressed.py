@@ -725,8 +725,9 @@ COMPRESSED_IMPLS["g3h8s"] = _gluon(
 # g3h8sq (opt-in; run 94: the whole forward 40.36, 39.58, 39.43 ms against g3h8s's 39.85,
 # 39.72, 39.76, within their spread, so not the default): g3h8s with the softmax's row
 # statistics per lane (pass 1's max and sum, pass 2's sum), merged across a row's quad once
-# after the last tile, as FA3 keeps its row sums: the per-tile shuffles go (pass 1's loop 514 → 484 SASS instructions, pass 2's
-# 589 → 581, Triton 3.9) and the in-thread chains become trees. Pass 1's sum, and so lse,
+# after the last tile, as FA3 keeps its row sums: the per-tile shuffles go (pass 1's loop
+# 514 → 484 SASS instructions, pass 2's 589 → 581, Triton 3.9) and the in-thread chains
+# become trees. Pass 1's sum, and so lse,
 # changes in its last bits (another order of the adds).
 COMPRESSED_IMPLS["g3h8sq"] = _gluon(
     pipe=False, stages=3, lo_fp8=True, consumers=3, packed_scores=True, quad=True

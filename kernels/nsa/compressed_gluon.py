@@ -1,9 +1,9 @@
 """Compressed branch forward (variant v2h's algorithm) in Gluon, for Hopper.
 
 The default compressed branch (variant g2p from run 82, g2p8 from run 86, g3h8s from run
-94). g2p: attention + block scores + top-n in 20.50 ms against v2h's 25.42, the whole forward 39.33 ms against
-43.36, its top-n 99.997 % equal to v1's as v2h's is (run 82, 2026-12-05, one H200, paper
-config, 64k). It compiles for sm_90 with Triton 3.6 and 3.9 in CI
+94). g2p: attention + block scores + top-n in 20.50 ms against v2h's 25.42, the whole
+forward 39.33 ms against 43.36, its top-n 99.997 % equal to v1's as v2h's is (run 82,
+2026-12-05, one H200, paper config, 64k). It compiles for sm_90 with Triton 3.6 and 3.9 in CI
 (``tests/kernels/test_gluon_compile.py``); its GPU tests are
 ``tests/kernels/test_gpu_nsa_gluon.py`` (68 passed, run 81).
 
@@ -26,10 +26,10 @@ Triton, 0.99-1.11 in Gluon):
   each product is waited for before the work that follows, and only the two warpgroups
   overlap each other;
 * with ``LO_FP8`` (variant g2p8, the default until run 94: the whole forward 0.976 and
-  0.987 of g2p's in two side-by-side runs, its top-n 99.990 % equal to v1's; run 86, one H100, 64k) pass
-  2's q·k̃_lo product runs in e4m3 at twice the fp16 rate, q and the lo part each under a
-  power-of-two scale (per row for q, per tensor for the lo part), into an accumulator of its
-  own that is scaled back and added. The logits then hold ≈ 2^-15 of a logit's scale
+  0.987 of g2p's in two side-by-side runs, its top-n 99.990 % equal to v1's; run 86, one
+  H100, 64k) pass 2's q·k̃_lo product runs in e4m3 at twice the fp16 rate, q and the lo
+  part each under a power-of-two scale (per row for q, per tensor for the lo part), into an
+  accumulator of its own that is scaled back and added. The logits then hold ≈ 2^-15 of a logit's scale
   instead of ≈ 2^-22; ``benchmarks/nsa_near_ties.py --lo fp8`` measured the top-n that keeps
   (0.005-0.016 % of rows off the fp64 truth, against 0.003-0.008 % for the fp16 split).
   Pass 2 issues 2.5 fp16-equivalent products a tile instead of 3;
@@ -41,8 +41,9 @@ Triton, 0.99-1.11 in Gluon):
   forward 0.964 and 0.976 of g2p8's time in runs 93 and 94 (one H100, 64k; ``compressed.py``
   has the timings) and is the default since run 94;
 * with ``QUAD`` (variant g3h8sq, opt-in; as fast as g3h8s within run 94's spread) the
-  softmax's row statistics are kept per lane of a row's quad and merged once after the last tile, as FA3 keeps its row
-  sums: no shuffles in pass 1's loop, in-thread trees instead of chains of 15.
+  softmax's row statistics are kept per lane of a row's quad and merged once after the last
+  tile, as FA3 keeps its row sums: no shuffles in pass 1's loop, in-thread trees instead of
+  chains of 15.
 
 Where its time goes (Nsight Compute's source page, run 92, one H100, 64k): the two consumer
 warpgroups stall on their own instruction chains (fixed-latency waits, MUFU and shuffle

@@ -23,6 +23,7 @@ from kernels.nsa._triton_common import (
     gather_kv,
     interpreting,
     mma,
+    online_step,
     pow2,
 )
 from kernels.nsa.config import NSAConfig
@@ -383,16 +384,7 @@ def nsa_selection_fwd_kernel_v2(
             chose = tl.max((own == blk).to(tl.int32), axis=1) > 0  # [BLOCK_M]
             vis = vis & chose[:, None]
         s = tl.where(vis, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DOT_F32:
-            acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
-        else:
-            acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
-        m_i = m_new
+        m_i, l_i, acc = online_step(s, vt, m_i, l_i, acc, DOT_F32, True)
     optr = b * so_b + t[:, None] * so_t + h[:, None] * so_h + offs_dv[None, :]
     omask = row_ok[:, None] & (offs_dv[None, :] < DV)
     if SKIP_FORCED:  # merge the forced blocks' partial: never empty (a row sees its own key)
@@ -538,12 +530,10 @@ def _launch_v2(
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
     assert forced is None or r == 1, "the forced blocks are skipped only at R = 1"
-    for x in (*(forced or ())[:1], *(combine or ())[:2], *(combine or ())[3:]):
-        assert x.stride() == o.stride(), "o_f, o_cmp, o_win, out: o's strides"
-    if forced is not None:
-        assert forced[1].stride() == lse.stride()
     o_f, lse_f = forced if forced is not None else (o, lse)  # placeholders: never read
     o_c, o_w, gates, out = combine if combine is not None else (o, o, lse.unsqueeze(-1), o)
+    assert all(x.stride() == o.stride() for x in (o_f, o_c, o_w, out)), "o's strides"
+    assert lse_f.stride() == lse.stride()
     idx = idx.to(torch.int32).contiguous()
     if r > 1:
         uni, cnt = union_blocks(idx, r)

@@ -16,7 +16,15 @@ import triton
 import triton.language as tl
 
 from kernels._gluon_switch import gluon_or_none
-from kernels.nsa._triton_common import autotune_configs, dot_f32, interpreting, mma, pow2
+from kernels.nsa._triton_common import (
+    autotune_configs,
+    dot_f32,
+    gather_kv,
+    interpreting,
+    mma,
+    online_step,
+    pow2,
+)
 from kernels.nsa.config import NSAConfig
 
 _LOG2E = 1.4426950408889634
@@ -65,26 +73,7 @@ def _win_tile(
         vis = kin[None, :] & (kpos[None, :] <= t[:, None]) & (kpos[None, :] > t[:, None] - W)
         s = tl.where(vis, s, float("-inf"))
     vt = tl.load(v_base + kpos[:, None] * sv_t + offs_dv[None, :], mask=vmask, other=0.0)
-    return _online_step(s, vt, m_i, l_i, acc, DOT_F32, MASKED)
-
-
-@triton.jit
-def _online_step(s, vt, m_i, l_i, acc, DOT_F32: tl.constexpr, GUARD: tl.constexpr):
-    """Fold one tile's logits s (base 2, −inf where masked) and values vt into the online
-    softmax (m_i, l_i, acc). GUARD: a row may have seen only −inf so far."""
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    if GUARD:  # noqa: SIM108 - constexpr branch
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    else:
-        m_safe = m_new
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if DOT_F32:
-        acc = acc * alpha[:, None] + mma(p, vt.to(tl.float32), DOT_F32)
-    else:
-        acc = acc * alpha[:, None] + mma(p.to(vt.dtype), vt, DOT_F32)
-    return m_new, l_i, acc
+    return online_step(s, vt, m_i, l_i, acc, DOT_F32, MASKED)
 
 
 @triton.jit
@@ -99,11 +88,7 @@ def _forced_tile(
     keys [n0, n0 + BLOCK_N) ∩ [klo, khi), causal per row."""
     kpos = n0 + tl.arange(0, BLOCK_N)
     kin = (kpos >= klo) & (kpos < khi)
-    kt = tl.load(
-        k_base + kpos[None, :] * sk_t + offs_dk[:, None],
-        mask=kin[None, :] & (offs_dk[:, None] < DK),
-        other=0.0,
-    )
+    kt, vt = gather_kv(k_base, v_base, kpos, kin, sk_t, sv_t, offs_dk, offs_dv, DK, DV)
     if DOT_F32:
         kt = kt.to(tl.float32)
     s = mma(q, kt, DOT_F32) * qk_scale
@@ -112,12 +97,7 @@ def _forced_tile(
     forced = (blk[None, :] < N_INIT) | (blk[None, :] > cur[:, None] - N_LOCAL)
     vis = kin[None, :] & forced & (kpos[None, :] <= t[:, None])
     s = tl.where(vis, s, float("-inf"))
-    vt = tl.load(
-        v_base + kpos[:, None] * sv_t + offs_dv[None, :],
-        mask=kin[:, None] & (offs_dv[None, :] < DV),
-        other=0.0,
-    )
-    return _online_step(s, vt, m_i, l_i, acc, DOT_F32, True)
+    return online_step(s, vt, m_i, l_i, acc, DOT_F32, True)
 
 
 @triton.autotune(
@@ -290,6 +270,10 @@ def nsa_window_fwd_kernel(
         tl.store(LSEF + b * sl_b + t * sl_t + h, lse2_f, mask=row_ok)
 
 
+# what _launch hands the kernel's forced-block constexprs when FORCED is off (never read)
+_NO_FORCED = NSAConfig()
+
+
 def _wide_configs() -> list[triton.Config]:
     if interpreting():
         return _win_configs()
@@ -387,7 +371,7 @@ def _launch(
     if split and combine is not None:  # the SPLIT epilogue indexes o_cmp, o_slc as it does o
         assert o_cmp.stride() == o_slc.stride() == o.stride(), "o_cmp, o_slc, out: same strides"
     write_ow = combine is not None and o_win is not None
-    cfg = forced[2] if forced is not None else NSAConfig()  # only FORCED reads its blocks
+    cfg = forced[2] if forced is not None else _NO_FORCED
     if forced is not None:
         assert forced[0].stride() == o.stride() and forced[1].stride() == lse.stride()
     if write_ow:
