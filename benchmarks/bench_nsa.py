@@ -280,7 +280,10 @@ SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
     # the forced blocks in the window kernel: its "slc" row also runs that kernel (the
     # selection alone cannot run without it); the "total fwd" rows are the ones to compare
     "v5": ("v5", None),
-    "v5w": ("v5w", None),  # v5 with the window kernel at 256 rows
+    # its window kernel's launch forms (kernels/nsa/window.FORCED_FORMS)
+    "v5f4": ("v5f4", None),
+    "v5s": ("v5s", None),
+    "v5s8": ("v5s8", None),
 }
 
 

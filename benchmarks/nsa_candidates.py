@@ -5,7 +5,7 @@ device time goes to the measurements, not to hand-made run scripts (run 84's was
     python3 benchmarks/nsa_candidates.py                 # phase 1 then phase 2
     python3 benchmarks/nsa_candidates.py --phase check   # checks and the variants table only
     python3 benchmarks/nsa_candidates.py --cmp g3h8sq --sel v3r2   # compressed g3h8sq: the default
-    python3 benchmarks/nsa_candidates.py --cmp --sel v5w        # selection v5w against v5
+    python3 benchmarks/nsa_candidates.py --cmp --sel v5         # selection v5 against the default
 
 Phase 1 ("check"): the Gluon smoke test of each compressed candidate (``--cmp``) and the GPU
 tests of the compressed and selection candidates (``--sel``: labels of ``bench_nsa.py``,

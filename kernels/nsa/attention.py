@@ -14,7 +14,7 @@ from typing import TypeVar
 import torch
 
 from kernels.nsa._triton_common import interpreting, use_triton
-from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok
+from kernels.nsa.compressed import COMPRESSED_IMPLS, banded_scores_ok, fills_q_peak
 from kernels.nsa.config import NSAAux, NSAConfig
 from kernels.nsa.selection import SELECTION_IMPLS, forced_and_combined
 from kernels.nsa.selection_bwd import DQ_PATHS
@@ -26,7 +26,7 @@ from kernels.nsa.torch_path import (
     window_torch,
 )
 from kernels.nsa.validate import NSADims, check_nsa_args
-from kernels.nsa.window import WINDOW_IMPLS, window_forced_triton, window_triton
+from kernels.nsa.window import FORCED_FORMS, WINDOW_IMPLS, window_forced_triton, window_triton
 
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
 # forgot to write shows up as NaN instead of passing as stale memory.
@@ -162,7 +162,10 @@ def check_fast_args(
     reads it. Anything that calls ``backward._forward_parts`` gets its dims here.
 
     On CUDA the value checks are only launched (``defer``): the caller runs its kernels
-    through ``run_with_checks``, which reads them after the launches."""
+    through ``run_with_checks``, which reads them after the launches. Where the compressed
+    branch's kernel can compute max |q| on the way (``compressed.fills_q_peak``), q is left
+    to it (``late_q``; ``compressed_branch`` hands it the buffer)."""
+    cuda = isinstance(q, torch.Tensor) and q.is_cuda
     return check_nsa_args(
         q,
         k,
@@ -173,7 +176,8 @@ def check_fast_args(
         v_cmp,
         block_indices,
         peak_abs=needs_peak_abs(q),
-        defer=isinstance(q, torch.Tensor) and q.is_cuda,
+        defer=cuda,
+        late_q=cuda and fills_q_peak(COMPRESSED_IMPLS[variant("compressed")]),
     )
 
 
@@ -412,10 +416,15 @@ def compressed_branch(
     if fast and dims.tc > 0 and banded_scores_ok(cfg):
         compressed_fn = COMPRESSED_IMPLS[variant("compressed")]
         kc_hi, kc_lo = _split_fp16(kc) if split else (kc, None)
+        # q's max |x| for the pending range check, where this kernel computes it on the way
+        q_peak = dims.checks.late_peak() if dims.checks is not None else None
+        late = {"q_peak": q_peak} if q_peak is not None and fills_q_peak(compressed_fn) else {}
         o_cmp, lse_cmp, idx = compressed_fn(
             q, kc_hi, vc, cfg, dims.scale, want, _alloc,
-            kc_lo=kc_lo, out_dtype=o_dtype, topn_form=variant("topn"),
+            kc_lo=kc_lo, out_dtype=o_dtype, topn_form=variant("topn"), **late,
         )  # fmt: skip
+        if late:
+            dims.checks.late_done()
     else:
         # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
         # k̃ is still fp32 here
@@ -426,9 +435,10 @@ def compressed_branch(
     return o_cmp, lse_cmp, idx
 
 
-# The selection variants that leave the forced blocks to the window kernel, each with its
-# window kernel's launcher: v5 at 64 rows a program, v5w at 256 (``window_forced_triton``).
-_FORCED_WIDE = {"v5": False, "v5w": True}
+# The selection variants that leave the forced blocks to the window kernel are the keys of
+# window.FORCED_FORMS (each names its window kernel's launch). Form v5w, the window kernel at
+# 256 rows a program, passed the GPU tests but was no faster (run 99, one H100, 64k: the whole
+# forward 37.78 ms against v5's 37.73) and was removed.
 
 
 def selection_and_window(
@@ -459,9 +469,9 @@ def selection_and_window(
     as a kernel of its own, was slower (run 71: 1.013-1.021 of the serial order).
     """
     name = variant("selection")
-    if name in _FORCED_WIDE and own_topn:
+    if name in FORCED_FORMS and own_topn:
         o_win, lse_win, o_f, lse_f = window_forced_triton(
-            q, k, v, cfg, dims.scale, _alloc, o_dtype, _FORCED_WIDE[name]
+            q, k, v, cfg, dims.scale, _alloc, o_dtype, FORCED_FORMS[name]
         )
         shape = q.shape[:3] + (v.shape[3],)
         out = _alloc(shape, dtype=q.dtype, device=q.device)
@@ -471,7 +481,7 @@ def selection_and_window(
         )
         return out, o_slc, lse_slc, (o_win if keep_o_win else None), lse_win
     # given indices need not hold the forced blocks: v5 runs as v2 there
-    selection_fn = SELECTION_IMPLS["v2" if name in _FORCED_WIDE else name]
+    selection_fn = SELECTION_IMPLS["v2" if name in FORCED_FORMS else name]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
     o_win = None
     if keep_o_win:

@@ -677,21 +677,34 @@ def _gluon(**opts: object) -> CompressedFn:
         cfg: NSAConfig,
         *args: object,
         kc_lo: torch.Tensor | None = None,
+        q_peak: torch.Tensor | None = None,
         **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         def call(mod: ModuleType) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
             if mod.compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo) is not None:
                 return None
-            return mod.compressed_gluon(q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs, **opts)
+            return mod.compressed_gluon(
+                q, kc, vc, cfg, *args, kc_lo=kc_lo, q_peak=q_peak, **kwargs, **opts
+            )
 
         res = gluon_or_none(
             "the NSA compressed branch", "kernels.nsa.compressed_gluon", call, where=q
         )
         if res is None:
             res = COMPRESSED_IMPLS["v2h"](q, kc, vc, cfg, *args, kc_lo=kc_lo, **kwargs)
+            if q_peak is not None:  # v2h does not compute it: a pass of its own
+                with torch.no_grad():
+                    torch.maximum(q_peak, torch._foreach_norm([q], float("inf"))[0], out=q_peak)
         return res
 
+    run.fills_q_peak = True  # type: ignore[attr-defined]
     return run
+
+
+def fills_q_peak(fn: CompressedFn) -> bool:
+    """Whether ``fn`` takes ``q_peak=`` (an fp32 [1] tensor it raises to max |q|): the Gluon
+    forms, whose kernel loads every row of q anyway (``compressed_gluon``)."""
+    return bool(getattr(fn, "fills_q_peak", False))
 
 
 # g2h: each tile's products waited on before its softmax (the two warpgroups overlap each
@@ -736,6 +749,7 @@ compressed_triton = COMPRESSED_IMPLS["v1"]
 
 __all__ = [
     "COMPRESSED_IMPLS",
+    "fills_q_peak",
     "banded_scores_ok",
     "compressed_triton",
     "nsa_compressed_fwd_kernel",

@@ -393,9 +393,10 @@ def _cmp_consumer(
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     DK: gl.constexpr, DV: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
     SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr, QUAD: gl.constexpr,
+    Q_PEAK: gl.constexpr,
 ):  # fmt: skip
     kh_smem, kl_smem, v_smem, ready, empty = bufs
-    q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr = src
+    q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr, peak_ptr = src
     o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t = out
     sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS = dst
     nw: gl.constexpr = gl.num_warps()
@@ -417,6 +418,12 @@ def _cmp_consumer(
     d = gl.arange(0, DK, layout=gl.SliceLayout(0, ld))
     q_off = b * sq_b + gl.expand_dims(t_r * sq_t + h_r * sq_h, 1) + gl.expand_dims(d, 0)
     q = gl.load(q_ptr + q_off, mask=gl.expand_dims(t_r < T, 1), other=0.0)
+    q_abs = gl.max(gl.abs(q.to(gl.float32)), 1)  # [64], what LO_FP8 scales by; Q_PEAK's
+    if Q_PEAK:
+        # nsa_attention's fp16 range check reads max |q| from here instead of reading q
+        # (1 GiB at 64k) in a pass of its own: each q row is loaded by one consumer only.
+        # A NaN in q may not show (max drops it), and need not: out is NaN in any storage.
+        gl.atomic_max(peak_ptr, gl.max(q_abs, 0), sem="relaxed")
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, DK], gl.float16)
     q_smem = gl.allocate_shared_memory(gl.float16, [64, DK], q_layout, q.to(gl.float16))
     if LO_FP8:
@@ -425,7 +432,7 @@ def _cmp_consumer(
         # ≈ 2^-11 of a logit, so e4m3's 2^-4 rounding leaves it ≈ 2^-15 (nsa_near_ties.py
         # --lo fp8: the top-n as exact as the fp16 split's, within the grader's 0.05 %).
         qf = q.to(gl.float32)
-        amax = gl.max(gl.abs(qf), 1)
+        amax = q_abs
         # capped at 2^126: a row of |q| under ~1e-36 would otherwise scale by inf
         qs = gl.exp2(gl.minimum(gl.floor(gl.log2(448.0 / gl.where(amax > 0.0, amax, 1.0))), 126.0))
         q8 = (qf * gl.expand_dims(qs, 1)).to(gl.float8e4nv)
@@ -569,17 +576,18 @@ def _cmp_consumer(
 
 @gluon.jit
 def nsa_compressed_gluon_fwd_kernel(
-    q_ptr, kh_desc, kl_desc, v_desc, o_ptr, lse_ptr, sa_ptr, sb_ptr, lo_inv_ptr,
+    q_ptr, kh_desc, kl_desc, v_desc, o_ptr, lse_ptr, sa_ptr, sb_ptr, lo_inv_ptr, peak_ptr,
     sq_b, sq_t, sq_h, so_b, so_t, so_h, sl_b, sl_t, ss_b, ss_h, ss_t,
     T, TC, TS, HKV, qk_scale,
     G: gl.constexpr, L_CMP: gl.constexpr, D_STRIDE: gl.constexpr, RATIO: gl.constexpr,
     STAGES: gl.constexpr, SCORES: gl.constexpr, PIPE: gl.constexpr, LO_FP8: gl.constexpr,
-    CONSUMERS: gl.constexpr = 2, QUAD: gl.constexpr = False,
+    CONSUMERS: gl.constexpr = 2, QUAD: gl.constexpr = False, Q_PEAK: gl.constexpr = False,
 ):  # fmt: skip
     """One program: CONSUMERS × (64 / G) positions × the G query heads of one (batch, KV
     head), one consumer warpgroup each. SCORES: 0 none, 1 the block scores, 2 the same with
     the packed head sums (``_block_scores_packed``: G 16, l′/d 4 and l ≤ 3d only). QUAD: the
-    row statistics per quad lane (``_p1_update_lanes``, ``_row_sum``)."""
+    row statistics per quad lane (``_p1_update_lanes``, ``_row_sum``). Q_PEAK: raise
+    ``peak_ptr`` (fp32 [1]) to max |q| over the program's rows (``ValueChecks.late_peak``)."""
     BLOCK_C: gl.constexpr = kh_desc.block_type.shape[0]
     DK: gl.constexpr = kh_desc.block_type.shape[1]
     DV: gl.constexpr = v_desc.block_type.shape[1]
@@ -608,7 +616,7 @@ def nsa_compressed_gluon_fwd_kernel(
     # warp_specialize calls below spell out their consumer entries each: they cannot be built
     # once and shared.
     bufs = (kh_smem, kl_smem, v_smem, ready, empty)
-    src = (q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr)
+    src = (q_ptr, sq_b, sq_t, sq_h, lo_inv_ptr, peak_ptr)
     out = (o_ptr, lse_ptr, so_b, so_t, so_h, sl_b, sl_t)
     dst = (sa_ptr, sb_ptr, b, g, ss_b, ss_h, ss_t, T, TS)
     if CONSUMERS == 3:
@@ -620,13 +628,13 @@ def nsa_compressed_gluon_fwd_kernel(
             [
                 (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8, QUAD)),
+                                 PIPE, LO_FP8, QUAD, Q_PEAK)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8, QUAD)),
+                                 PIPE, LO_FP8, QUAD, Q_PEAK)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + 2 * BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8, QUAD)),
+                                 PIPE, LO_FP8, QUAD, Q_PEAK)),
                 (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                                BLOCK_C, STAGES)),
             ],
@@ -638,10 +646,10 @@ def nsa_compressed_gluon_fwd_kernel(
             [
                 (_cmp_consumer, (bufs, src, dst, out, t0, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8, QUAD)),
+                                 PIPE, LO_FP8, QUAD, Q_PEAK)),
                 (_cmp_consumer, (bufs, src, dst, out, t0 + BT, n1, n_vis, TC, qk_scale,
                                  G, L_CMP, D_STRIDE, RATIO, DK, DV, BLOCK_C, STAGES, SCORES,
-                                 PIPE, LO_FP8, QUAD)),
+                                 PIPE, LO_FP8, QUAD, Q_PEAK)),
                 (_cmp_loader, (kh_desc, kl_desc, v_desc, bufs, b * TC, g * DK, g * DV, n1,
                                BLOCK_C, STAGES)),
             ],
@@ -705,6 +713,7 @@ def compressed_gluon(
     consumers: int = 2,
     packed_scores: bool = False,
     quad: bool = False,
+    q_peak: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The compressed branch as ``compressed.COMPRESSED_IMPLS["v2h"]`` computes it (same contract).
 
@@ -718,12 +727,21 @@ def compressed_gluon(
     l′/d 4 and l ≤ 3d, as the paper's (``_block_scores_packed``); the usual sums otherwise.
     ``quad``: both passes' row sums (and pass 1's row max) kept per lane of a row's quad and
     merged across it once, after the last tile (``_p1_update_lanes``, ``_row_sum``).
+    ``q_peak``: an fp32 [1] tensor on q's device, raised to max |q| (an atomic max: it must
+    hold a non-negative value, and is left as is where |q| stays below it).
     """
     why = compressed_gluon_unsupported(q, kc, vc, cfg, kc_lo)
     if why is not None:
         raise ValueError(why)
     if consumers not in (2, 3):
         raise ValueError(f"consumers must be 2 or 3 warpgroups, got {consumers}")
+    if q_peak is not None and (
+        q_peak.dtype != torch.float32 or q_peak.numel() != 1 or q_peak.device != q.device
+    ):
+        raise ValueError(
+            f"q_peak must be one fp32 value on q's device {q.device}, got "
+            f"{q_peak.dtype} {tuple(q_peak.shape)} on {q_peak.device}"
+        )
     assert kc_lo is not None
     b, t, hq, dk = q.shape
     tc, hkv, dv = kc.shape[1], kc.shape[2], vc.shape[3]
@@ -756,7 +774,7 @@ def compressed_gluon(
         TensorDescriptor.from_tensor(kh2, [block_c, dk], k_layout),
         TensorDescriptor.from_tensor(kl2, [block_c, dk], kl_layout),
         TensorDescriptor.from_tensor(v2, [block_c, dv], v_layout),
-        o, lse, sa, sb, lo_inv,
+        o, lse, sa, sb, lo_inv, lse if q_peak is None else q_peak,  # any fp32 pointer: unread
         q.stride(0), q.stride(1), q.stride(2),
         o.stride(0), o.stride(1), o.stride(2),
         lse.stride(0), lse.stride(1),
@@ -764,7 +782,7 @@ def compressed_gluon(
         t, tc, ts, hkv, scale * _LOG2E,
         G=g, L_CMP=cfg.cmp_block, D_STRIDE=cfg.cmp_stride, RATIO=ratio,
         STAGES=stages, SCORES=(2 if packed_scores else 1) if want_indices else 0, PIPE=pipe,
-        LO_FP8=lo_fp8, CONSUMERS=consumers, QUAD=quad,
+        LO_FP8=lo_fp8, CONSUMERS=consumers, QUAD=quad, Q_PEAK=q_peak is not None,
         num_warps=4,
     )  # fmt: skip
     if not want_indices:

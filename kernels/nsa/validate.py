@@ -51,11 +51,13 @@ def check_nsa_args(
     *,
     peak_abs: bool = False,
     defer: bool = False,
+    late_q: bool = False,
 ) -> NSADims:
     """Every check of the arguments; the value checks (gates in [0, 1], and max |x| when
     ``peak_abs``) share one host read, the call's only one without ``block_indices``.
     ``defer``: only launch the value checks; the caller launches its kernels, then reads
-    them with ``NSADims.settled()`` (which raises on bad gates)."""
+    them with ``NSADims.settled()`` (which raises on bad gates). ``late_q`` (with ``defer``):
+    q's max |x| is left to a kernel the caller launches (``ValueChecks.late_peak``)."""
     if not isinstance(config, NSAConfig):
         raise ValueError(f"config must be an NSAConfig, got {type(config).__name__}")
     b, t, _, hq, hkv, dk, dv = check_bthd(q, k, v, same_len=True, same_head_dim=False)
@@ -104,23 +106,37 @@ def check_nsa_args(
 
     if block_indices is not None:
         check_block_indices(block_indices, b, t, hkv, ts, config, q.device)
-    checks = ValueChecks(gates, (q, k, v, k_cmp, v_cmp) if peak_abs else None)
+    late = q if peak_abs and defer and late_q else None
+    peak_of = (
+        ((k, v, k_cmp, v_cmp) if late is not None else (q, k, v, k_cmp, v_cmp))
+        if peak_abs
+        else None
+    )
+    checks = ValueChecks(gates, peak_of, late)
     dims = NSADims(b, t, hq, hkv, group, dk, dv, tc, ts, scale, checks=checks)
     return dims if defer else dims.settled()
 
 
 class ValueChecks:
-    """Whether every gate lies in [0, 1], and max |x| over ``peak_of`` (None when not asked):
-    launched on the device at construction, read on the host by ``read``.
+    """Whether every gate lies in [0, 1], and max |x| over ``peak_of`` and ``late`` (None when
+    neither is given): launched on the device at construction, read on the host by ``read``.
 
     On CUDA the results go to pinned host memory behind an event, so ``read`` waits for the
     check kernels only, not for what was launched after them. Read at a call's start, the
     wait drains the device's queue and the device idles while the host launches what
     follows; read after the call's launches, the device has its work queued and the check
-    kernels have long finished (0.35 ms less of a 44 ms forward at T = 64k, run 61)."""
+    kernels have long finished (0.35 ms less of a 44 ms forward at T = 64k, run 61).
+
+    ``late``: a tensor whose max |x| a kernel of the caller's computes on the way (into
+    ``late_peak()``'s buffer, then ``late_done()``), so it is not read a second time here: q
+    is 1 GiB at T = 64k (paper config), 0.46 of the checks' 0.57 ms (run 99), and the
+    compressed kernel loads every row of it anyway. If no kernel did, ``read`` computes it."""
 
     def __init__(
-        self, gates: torch.Tensor, peak_of: tuple[torch.Tensor | None, ...] | None
+        self,
+        gates: torch.Tensor,
+        peak_of: tuple[torch.Tensor | None, ...] | None,
+        late: torch.Tensor | None = None,
     ) -> None:
         stats: list[torch.Tensor] = []
         self._gates = gates.numel() > 0
@@ -128,18 +144,26 @@ class ValueChecks:
             if self._gates:  # NaN propagates into both
                 stats.extend(t.float() for t in torch.aminmax(gates))
             live = [x for x in peak_of or () if x is not None and x.numel() > 0]
-            # one fused launch for all of them, no |x| temporary (q alone is 1 GiB at 64k)
+            # one fused launch for all of them, no |x| temporary
             if live:
                 stats.append(torch.stack(torch._foreach_norm(live, float("inf"))).max().float())
-            self._host = torch.stack(stats) if stats else None
-        self._peak: bool | None = None if peak_of is None else bool(live)
-        self._event: torch.cuda.Event | None = None
-        if self._host is not None and self._host.is_cuda:
-            dev = self._host
-            self._host = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
-            self._host.copy_(dev, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
+            self._host, self._event = _to_host(torch.stack(stats) if stats else None)
+        self._late = late if late is not None and late.numel() > 0 else None
+        self._peak: bool | None = None if peak_of is None and late is None else bool(live)
+        self._late_buf: torch.Tensor | None = None
+        self._late_host: tuple[torch.Tensor | None, torch.cuda.Event | None] | None = None
+
+    def late_peak(self) -> torch.Tensor | None:
+        """A zeroed [1] fp32 buffer on ``late``'s device for a kernel to raise to max |late|
+        (an atomic max of non-negative floats), or None when there is no ``late``."""
+        if self._late is not None and self._late_buf is None:
+            self._late_buf = torch.zeros(1, dtype=torch.float32, device=self._late.device)
+        return self._late_buf
+
+    def late_done(self) -> None:
+        """The kernel that fills ``late_peak()`` is launched (on the current stream)."""
+        assert self._late_buf is not None, "late_done() without late_peak()"
+        self._late_host = _to_host(self._late_buf)
 
     def read(self) -> float | None:
         """Raises unless every gate lies in [0, 1]; returns max |x| (0.0 over no values)."""
@@ -151,7 +175,31 @@ class ValueChecks:
             raise ValueError("gates must lie in [0, 1] (apply sigmoid first) and contain no NaN")
         if self._peak is None:
             return None
-        return vals[-1] if self._peak else 0.0
+        peak = vals[-1] if self._peak else 0.0
+        if self._late is not None:
+            if self._late_host is None:  # no kernel computed it: read it here
+                with torch.no_grad():
+                    late = float(torch._foreach_norm([self._late], float("inf"))[0])
+            else:
+                host, event = self._late_host
+                if event is not None:
+                    event.synchronize()
+                assert host is not None
+                late = float(host[0])
+            peak = late if late != late or late > peak else peak  # NaN wins, as in max()
+        return peak
+
+
+def _to_host(x: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.cuda.Event | None]:
+    """x's values on the host: on CUDA a pinned copy queued behind the current stream and the
+    event that marks it done, so reading waits for x's kernels only; elsewhere x itself."""
+    if x is None or not x.is_cuda:
+        return x, None
+    host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+    host.copy_(x, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
 
 
 def check_block_indices(

@@ -183,7 +183,7 @@ def use_variants(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201 - pytest fixt
         ("v5", "v2h", None, 77, 4, 2, torch.float32, SMALL),
         ("v5", "v2h", None, 100, 8, 1, torch.bfloat16, MID),
         ("v5", "v2h", None, 61, 16, 1, torch.bfloat16, FINE),
-        ("v5w", "v2h", None, 61, 16, 1, torch.bfloat16, MID),  # the 256-row launcher's path
+        ("v5s", "v2h", None, 100, 8, 1, torch.bfloat16, MID),  # no fold: run 97's kernel
         # no forced blocks: the window kernel's partial is empty (lse −inf) on every row,
         # and the merge must add nothing (every row still has a picked block: its own)
         ("v5", "v2h", None, 70, 4, 1, torch.float32, replace(SMALL, sel_init=0, sel_local=0)),
@@ -338,7 +338,8 @@ WIDE_RATIO = NSAConfig(
 def test_gluon_compressed_variants_fall_back_to_v2h(name: str, case: str):
     """A Gluon compressed variant (Hopper only) gives v2h's result wherever its kernel cannot
     run, so choosing one never turns an input into an error: here the CPU, under the
-    interpreter, where v2h runs and Gluon could not."""
+    interpreter, where v2h runs and Gluon could not. The max |q| it owes the range check
+    (``q_peak``) is computed there too."""
     cfg = WIDE_RATIO if case == "l′/d = 32" else FINE
     gen = torch.Generator().manual_seed(23)
     b, t, hq, hkv, d = 1, 150, 4, 2, 16
@@ -350,10 +351,13 @@ def test_gluon_compressed_variants_fall_back_to_v2h(name: str, case: str):
     kc, kc_lo = (kc32.to(torch.bfloat16), None) if "whole" in case else (hi, lo)
     args = (q, kc, vc, cfg, d**-0.5, True)
     want = compressed_mod.COMPRESSED_IMPLS["v2h"](*args, kc_lo=kc_lo)
-    got = compressed_mod.COMPRESSED_IMPLS[name](*args, kc_lo=kc_lo)
+    q_peak = torch.zeros(1)
+    got = compressed_mod.COMPRESSED_IMPLS[name](*args, kc_lo=kc_lo, q_peak=q_peak)
     for x, y in zip(got, want, strict=True):
         assert x is not None and y is not None
         assert torch.equal(x, y)
+    assert compressed_mod.fills_q_peak(compressed_mod.COMPRESSED_IMPLS[name])
+    assert float(q_peak) == float(q.float().abs().max())
 
 
 def test_gluon_compressed_kernel_names_what_it_cannot_take(monkeypatch: pytest.MonkeyPatch):

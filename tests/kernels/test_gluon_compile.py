@@ -76,6 +76,7 @@ def test_block_attention_kernel_compiles_for_hopper(d, dtype, causal, block_n, s
 # the compressed kernel's constexprs
 _G2H_CONSTEXPRS = (
     "G", "L_CMP", "D_STRIDE", "RATIO", "STAGES", "SCORES", "PIPE", "LO_FP8", "CONSUMERS", "QUAD",
+    "Q_PEAK",
 )  # fmt: skip
 
 
@@ -91,7 +92,7 @@ def _g2h_signature(d: int, out_dtype: str, lo_fp8: bool = False) -> dict[str, st
         "kl_desc": gluon_aot.tensordesc(kl_dtype, [64, d], kl_layout),
         "v_desc": gluon_aot.tensordesc("bf16", [64, d], v_layout),
         "o_ptr": f"*{out_dtype}",
-        **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr", "lo_inv_ptr"), "*fp32"),
+        **dict.fromkeys(("lse_ptr", "sa_ptr", "sb_ptr", "lo_inv_ptr", "peak_ptr"), "*fp32"),
         **dict.fromkeys((*strides, "ss_b", "ss_h", "ss_t", "T", "TC", "TS", "HKV"), "i32"),
         "qk_scale": "fp32",
         **dict.fromkeys(_G2H_CONSTEXPRS, "constexpr"),
@@ -138,6 +139,7 @@ def test_nsa_compressed_kernel_compiles_for_hopper(
             "LO_FP8": lo_fp8,
             "CONSUMERS": 2,
             "QUAD": quad,
+            "Q_PEAK": False,
         },
     )
     assert res.spill_stores == 0 and res.spill_loads == 0, res
@@ -145,15 +147,17 @@ def test_nsa_compressed_kernel_compiles_for_hopper(
 
 
 @pytest.mark.parametrize(
-    ("d", "group", "scores", "out_dtype", "quad"),
-    [(128, 16, True, "fp16", False), (128, 16, False, "fp32", False),
-     (128, 1, True, "fp32", False), (128, 4, True, "fp16", False),
-     (128, 64, True, "fp16", False), (64, 16, True, "fp16", False),
-     (128, 16, 2, "fp16", False),  # g3h8s: and the packed block scores
-     (128, 16, 2, "fp16", True), (128, 4, True, "fp16", True)],  # g3h8sq: per quad lane
+    ("d", "group", "scores", "out_dtype", "quad", "q_peak"),
+    [(128, 16, True, "fp16", False, False), (128, 16, False, "fp32", False, False),
+     (128, 1, True, "fp32", False, False), (128, 4, True, "fp16", False, False),
+     (128, 64, True, "fp16", False, False), (64, 16, True, "fp16", False, False),
+     (128, 16, 2, "fp16", False, False),  # g3h8s: and the packed block scores
+     (128, 16, 2, "fp16", False, True),  # g3h8s as nsa_attention launches it: max |q| too
+     (128, 16, 2, "fp16", True, False),
+     (128, 4, True, "fp16", True, False)],  # g3h8sq: per quad lane
 )  # fmt: skip
 def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(
-    d, group, scores, out_dtype, quad
+    d, group, scores, out_dtype, quad, q_peak
 ):
     """g3h8: three consumer warpgroups leave the two worker ones 152 registers, and they spill
     a little, bounded here rather than hidden. Triton 3.9 at D 128: 44-52 bytes stored (the
@@ -178,6 +182,7 @@ def test_nsa_compressed_three_consumer_kernel_compiles_for_hopper(
             "LO_FP8": True,
             "CONSUMERS": 3,
             "QUAD": quad,
+            "Q_PEAK": q_peak,
         },
     )
     assert res.spill_stores <= 256 and res.spill_loads <= 256, res

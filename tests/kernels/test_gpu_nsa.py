@@ -12,6 +12,7 @@ import kernels.nsa.attention as nsa_attention_mod
 from kernels.nsa import NSAConfig, nsa_attention, nsa_attention_naive
 from kernels.nsa.compressed_bwd import compressed_bwd_triton
 from kernels.nsa.config import num_cmp_blocks
+from kernels.nsa.window import FORCED_FORMS
 from tests.kernels.test_nsa_utils import (
     MID,
     assert_lse_close,
@@ -120,7 +121,7 @@ def _assert_given_alike(given: torch.Tensor, own: torch.Tensor) -> None:
     (given indices run v2's kernel on all n blocks: the same sums, reordered, and the forced
     blocks' partial stored in the branch dtype): then within a 16-bit out's rounding (run 97:
     1.08e-3 at the mid config, bf16)."""
-    if nsa_attention_mod.variant("selection") in ("v5", "v5w"):
+    if nsa_attention_mod.variant("selection") in FORCED_FORMS:  # v5 and its launch forms
         assert err_ratio(given, own) <= 2**-8
     else:
         assert torch.equal(given, own)
@@ -174,7 +175,9 @@ VARIANT_COMBOS = [
     ("v2", "v3h", None),
     ("v1", "v2h", None),
     ("v5", "g3h8s", None),  # the forced blocks in the window kernel
-    ("v5w", "g3h8s", None),  # the same, its window kernel at 256 rows
+    ("v5f4", "g3h8s", None),  # its launch forms (window.FORCED_FORMS)
+    ("v5s", "g3h8s", None),
+    ("v5s8", "g3h8s", None),
 ]
 
 
@@ -429,7 +432,6 @@ def test_gpu_backward_given_compression_batch2() -> None:
         ("v2", "v2", None),
         ("v2", "v3h", None),
         ("v5", "g3h8s", None),
-        ("v5w", "g3h8s", None),
     ],
 )
 def test_gpu_backward_after_forward_variants(
@@ -625,17 +627,48 @@ def _immediate_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nsa_attention_mod, "check_fast_args", read_first)
 
 
+def test_gpu_compressed_kernel_delivers_max_abs_q() -> None:
+    """With a Gluon compressed variant (the default) the range check leaves q to the
+    compressed kernel: the buffer it hands over holds max |q| after the forward, bit for bit,
+    and the settled peak is the max over q, k and v, as a read of all three gives."""
+    from kernels.nsa.attention import _forward, check_fast_args, run_with_checks
+    from kernels.nsa.compressed import COMPRESSED_IMPLS, fills_q_peak
+
+    if not fills_q_peak(COMPRESSED_IMPLS[nsa_attention_mod.variant("compressed")]):
+        pytest.skip("the compressed variant chosen here does not compute max |q|")
+    cfg = NSAConfig()
+    q, k, v, g = make_inputs(1, 3000, 16, 1, 128, torch.bfloat16, seed=3, device="cuda")
+    for where in (2999, 0, 1777):  # the last, first and a middle row hold the peak
+        x = q.clone()
+        x[0, where, 9, 100] = -123.5
+        dims = check_fast_args(x, k, v, g, cfg, None, None, None)
+        assert dims.checks is not None
+        buf = dims.checks.late_peak()
+        assert buf is not None
+        args = (x, k, v, g, cfg, None, None, None, False)
+        out, final = run_with_checks(x, dims, lambda d: _forward(*args, d))  # noqa: B023
+        assert float(buf) == 123.5
+        assert final.peak_abs == max(float(t.float().abs().max()) for t in (x, k, v))
+        ref = nsa_attention(x, k, v, g, cfg)
+        assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("where", ["v", "q"])
 @pytest.mark.parametrize("peak", [1000.0, 1e5])
 def test_gpu_deferred_checks_rerun_past_fp16_range(
-    monkeypatch: pytest.MonkeyPatch, peak: float
+    monkeypatch: pytest.MonkeyPatch, peak: float, where: str
 ) -> None:
     """The value checks are read after the kernels are launched with k̃ in fp16 (the guess);
     a value past fp16's range runs the forward again with k̃ in bf16. Either way out and aux
     equal those of reading the checks first (bitwise: same kernels, same inputs), and the
-    gradients too (within 1 %)."""
+    gradients too (within 1 %). In q the peak is found by the compressed kernel itself
+    (``ValueChecks.late_peak``), in v by the checks' own launch."""
     q, k, v, g = make_inputs(1, 1500, 8, 2, 64, torch.bfloat16, seed=21, device="cuda")
     # past 30000, bf16 storage for k̃; past 65504, fp16 branch outputs would overflow
-    v[0, 700, 1, 5] = -peak
+    if where == "v":
+        v[0, 700, 1, 5] = -peak
+    else:
+        q[0, 1234, 5, 7] = -peak
     cfg = NSAConfig(window=256, sel_count=8)
     calls = []
     forward = nsa_attention_mod._forward

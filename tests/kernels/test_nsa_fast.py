@@ -205,6 +205,40 @@ def test_peak_abs_over_mixed_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _compressed_dtype(q.half(), None) == torch.float16  # fp16 inputs need no read
 
 
+def test_late_peak_is_read_from_its_kernel_or_computed() -> None:
+    """``late``: a tensor whose max |x| a kernel delivers (the compressed branch's, for q)
+    instead of the checks' own launch; read takes the kernel's value when one was delivered
+    (``late_done``), computes it when none was, and NaN wins either way."""
+    from kernels.nsa.validate import ValueChecks
+
+    q = torch.randn(2, 8, 3, 4).bfloat16()
+    k = torch.randn(2, 8, 1, 4).bfloat16()
+    gates = torch.rand(2, 8, 3, 3).bfloat16()
+    q[1, 2, 0, 3] = -900.0
+    assert ValueChecks(gates, (k,), late=q).read() == 900.0  # no kernel: computed at read
+    assert ValueChecks(gates, None, late=q).read() == 900.0
+    assert ValueChecks(gates, (k,), late=q[:, :0]).read() == float(k.float().abs().max())
+    assert ValueChecks(gates, (k,)).late_peak() is None
+
+    checks = ValueChecks(gates, (k,), late=q)
+    buf = checks.late_peak()
+    assert buf is not None and buf.dtype == torch.float32 and float(buf) == 0.0
+    assert checks.late_peak() is buf  # one buffer for the call
+    buf.fill_(40000.0)  # what the kernel wrote: read takes it, it does not read q again
+    checks.late_done()
+    assert checks.read() == 40000.0
+    checks = ValueChecks(gates, (k,), late=q)
+    checks.late_peak().fill_(float("nan"))  # type: ignore[union-attr]
+    checks.late_done()
+    peak = checks.read()
+    assert peak is not None and peak != peak
+    k[0, 0, 0, 0] = float("nan")
+    peak = ValueChecks(gates, (k,), late=q).read()
+    assert peak is not None and peak != peak
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ValueChecks(gates - 1, (k,), late=q).read()
+
+
 def test_deferred_checks_guess_then_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     """check_nsa_args(defer=True) only launches the value checks: bad gates raise when they
     are read (``settled``), k̃'s storage is guessed fp16 meanwhile, and ``settle_dtype``
@@ -238,6 +272,9 @@ def test_deferred_checks_guess_then_settle(monkeypatch: pytest.MonkeyPatch) -> N
     )
     assert again is None and launch_dtype(q, final) == torch.float16
     assert final == dims_of(gates)  # the same dims as reading at once
+    late = dims_of(gates, defer=True, late_q=True)  # q left to a kernel that never ran
+    assert late.checks is not None and late.checks.late_peak() is not None
+    assert late.settled() == final
 
     v[0, 3, 0, 1] = 41000.0
     pending = dims_of(gates, defer=True)
