@@ -10,7 +10,9 @@ all alike):
 - ``start``: the checks read before the kernels are launched (as up to `a6296a9`: the device
   idles while the host launches what follows the read);
 - ``end``: the current code: the checks launched first, read after the kernels are launched
-  (k̃'s storage guessed fp16 meanwhile, the forward run again if the guess was wrong);
+  (k̃'s storage guessed fp16 meanwhile, the forward run again if the guess was wrong), max |q|
+  from the compressed kernel (``ValueChecks.late_peak``);
+- ``end-q``: as ``end``, but the checks read q themselves (up to `37b41f5`);
 - ``none``: no check at all (gates and fp16 taken on trust): the bound on what the checks cost.
 
     python benchmarks/nsa_call_overhead.py                  # the exercise's shape, 300 rounds
@@ -41,8 +43,13 @@ _CHECKS, _FAST_ARGS = validate.ValueChecks, attention.check_fast_args
 class _Trusted:
     """ValueChecks that launch nothing and read nothing: gates valid, every value fits fp16."""
 
-    def __init__(self, gates: torch.Tensor, peak_of: tuple[Any, ...] | None) -> None:
-        self._peak = None if peak_of is None else 0.0
+    def __init__(
+        self, gates: torch.Tensor, peak_of: tuple[Any, ...] | None, late: Any = None
+    ) -> None:
+        self._peak = None if peak_of is None and late is None else 0.0
+
+    def late_peak(self) -> None:
+        return None  # the compressed kernel is not asked for max |q|
 
     def read(self) -> float | None:
         return self._peak
@@ -52,12 +59,19 @@ def _read_first(*args: Any) -> validate.NSADims:
     return validate.check_nsa_args(*args, peak_abs=attention.needs_peak_abs(args[0]), defer=False)
 
 
-MODES = ("start", "end", "none")
+def _q_read_by_checks(*args: Any) -> validate.NSADims:
+    return validate.check_nsa_args(
+        *args, peak_abs=attention.needs_peak_abs(args[0]), defer=True, late_q=False
+    )
+
+
+MODES = ("start", "end", "end-q", "none")
+_FAST = {"start": _read_first, "end-q": _q_read_by_checks}
 
 
 def _use(mode: str) -> None:
     validate.ValueChecks = _Trusted if mode == "none" else _CHECKS  # type: ignore[misc]
-    attention.check_fast_args = _read_first if mode == "start" else _FAST_ARGS
+    attention.check_fast_args = _FAST.get(mode, _FAST_ARGS)
 
 
 def main() -> None:
