@@ -280,10 +280,6 @@ SEL_VARIANTS: dict[str, tuple[str, int | None]] = {
     # the forced blocks in the window kernel: its "slc" row also runs that kernel (the
     # selection alone cannot run without it); the "total fwd" rows are the ones to compare
     "v5": ("v5", None),
-    # its window kernel's launch forms (kernels/nsa/window.FORCED_FORMS)
-    "v5f4": ("v5f4", None),
-    "v5s": ("v5s", None),
-    "v5s8": ("v5s8", None),
 }
 
 

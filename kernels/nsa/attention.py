@@ -26,7 +26,7 @@ from kernels.nsa.torch_path import (
     window_torch,
 )
 from kernels.nsa.validate import NSADims, check_nsa_args
-from kernels.nsa.window import FORCED_FORMS, WINDOW_IMPLS, window_forced_triton, window_triton
+from kernels.nsa.window import WINDOW_IMPLS, window_forced_triton, window_triton
 
 # Tests flip this to allocate every kernel output filled with NaN, so an element a kernel
 # forgot to write shows up as NaN instead of passing as stale memory.
@@ -435,10 +435,12 @@ def compressed_branch(
     return o_cmp, lse_cmp, idx
 
 
-# The selection variants that leave the forced blocks to the window kernel are the keys of
-# window.FORCED_FORMS (each names its window kernel's launch). Form v5w, the window kernel at
-# 256 rows a program, passed the GPU tests but was no faster (run 99, one H100, 64k: the whole
-# forward 37.78 ms against v5's 37.73) and was removed.
+# The selection variant that leaves the forced blocks to the window kernel. Its form v5w, the
+# window kernel at 256 rows a program, passed the GPU tests but was no faster (run 99, one
+# H100, 64k: the whole forward 37.78 ms against v5's 37.73), nor were forms that fold the local
+# blocks into the window's last tiles (run 100: 38.20 ms at 4 warps as v5's 38.20, 42.48 at
+# 8, the warps that keep the fold's two accumulators from spilling): all removed.
+_FORCED = "v5"
 
 
 def selection_and_window(
@@ -469,10 +471,8 @@ def selection_and_window(
     as a kernel of its own, was slower (run 71: 1.013-1.021 of the serial order).
     """
     name = variant("selection")
-    if name in FORCED_FORMS and own_topn:
-        o_win, lse_win, o_f, lse_f = window_forced_triton(
-            q, k, v, cfg, dims.scale, _alloc, o_dtype, FORCED_FORMS[name]
-        )
+    if name == _FORCED and own_topn:
+        o_win, lse_win, o_f, lse_f = window_forced_triton(q, k, v, cfg, dims.scale, _alloc, o_dtype)
         shape = q.shape[:3] + (v.shape[3],)
         out = _alloc(shape, dtype=q.dtype, device=q.device)
         o_slc = _alloc(shape, dtype=o_dtype, device=q.device) if keep_o_win else None
@@ -481,7 +481,7 @@ def selection_and_window(
         )
         return out, o_slc, lse_slc, (o_win if keep_o_win else None), lse_win
     # given indices need not hold the forced blocks: v5 runs as v2 there
-    selection_fn = SELECTION_IMPLS["v2" if name in FORCED_FORMS else name]
+    selection_fn = SELECTION_IMPLS["v2" if name == _FORCED else name]
     o_slc, lse_slc = selection_fn(q, k, v, idx, cfg, dims.scale, _alloc, o_dtype)
     o_win = None
     if keep_o_win:

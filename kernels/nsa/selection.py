@@ -10,7 +10,6 @@ KV head, so their shared blocks (init, local, popular ones) stay in L2.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -27,7 +26,7 @@ from kernels.nsa._triton_common import (
     pow2,
 )
 from kernels.nsa.config import NSAConfig
-from kernels.nsa.window import FORCED_FORMS, window_forced_triton
+from kernels.nsa.window import window_forced_triton
 
 _LOG2E = 1.4426950408889634
 
@@ -469,17 +468,14 @@ def selection_triton_v5(
     scale: float,
     alloc: object = torch.empty,
     out_dtype: torch.dtype = torch.float32,
-    form: str = "v5",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Variant v5 alone, its window kernel as ``window.FORCED_FORMS[form]`` launches it (same
-    contract as ``selection_triton``; idx must be the top-n's, with its forced blocks): the window kernel attends to the forced blocks
+    """Variant v5 alone (same contract as ``selection_triton``; idx must be the top-n's, with
+    its forced blocks): the window kernel attends to the forced blocks
     (``window.window_forced_triton``, its window output unused here) and v2's kernel to the
     picked ones, merging the two. The forward runs it as ``forced_and_combined`` instead,
     where the window output is the branch's own and the gated sum is fused in."""
     b, t, hq, _ = q.shape
-    _, _, o_f, lse_f = window_forced_triton(
-        q, k, v, cfg, scale, alloc, out_dtype, FORCED_FORMS[form]
-    )
+    _, _, o_f, lse_f = window_forced_triton(q, k, v, cfg, scale, alloc, out_dtype)
     o = alloc((b, t, hq, v.shape[3]), dtype=out_dtype, device=q.device)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=q.device)  # type: ignore[operator]
     _launch_v2(q, k, v, idx, cfg, scale, o, lse, 1, forced=(o_f, lse_f))
@@ -632,5 +628,5 @@ SELECTION_IMPLS = {
     "v1": selection_triton,
     "v2": selection_triton_v2,
     "v3": selection_triton_v3,
-    **{name: functools.partial(selection_triton_v5, form=name) for name in FORCED_FORMS},
+    "v5": selection_triton_v5,
 }

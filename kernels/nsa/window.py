@@ -10,7 +10,6 @@ separate pass over three [B, T, Hq, Dv] tensors.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
 import triton
@@ -101,37 +100,6 @@ def _forced_tile(
     return online_step(s, vt, m_i, l_i, acc, DOT_F32, True)
 
 
-@triton.jit
-def _win_forced_tile(
-    q, k_base, v_base, sk_t, sv_t, n0, t, hi, local_lo, qk_scale, win, forced,
-    offs_dk, offs_dv,
-    W: tl.constexpr, L_SEL: tl.constexpr, N_LOCAL: tl.constexpr,
-    DK: tl.constexpr, DV: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
-    """A band tile that holds forced local keys: loaded and multiplied once, its logits folded
-    into the window's online softmax (``win``: m, l, acc) and into the forced blocks'
-    (``forced``), there only keys in [local_lo, hi) of each row's own local blocks, causal."""
-    kpos = n0 + tl.arange(0, BLOCK_N)
-    kin = kpos < hi
-    kt, vt = gather_kv(k_base, v_base, kpos, kin, sk_t, sv_t, offs_dk, offs_dv, DK, DV)
-    if DOT_F32:
-        kt = kt.to(tl.float32)
-    s = mma(q, kt, DOT_F32) * qk_scale
-    causal = kin[None, :] & (kpos[None, :] <= t[:, None])
-    in_win = causal & (kpos[None, :] > t[:, None] - W)
-    blk = kpos // L_SEL
-    local = (kpos[None, :] >= local_lo) & (blk[None, :] > (t // L_SEL)[:, None] - N_LOCAL)
-    m_i, l_i, acc = win
-    m_i, l_i, acc = online_step(
-        tl.where(in_win, s, float("-inf")), vt, m_i, l_i, acc, DOT_F32, True
-    )
-    m_f, l_f, acc_f = forced
-    m_f, l_f, acc_f = online_step(
-        tl.where(causal & local, s, float("-inf")), vt, m_f, l_f, acc_f, DOT_F32, True
-    )
-    return m_i, l_i, acc, m_f, l_f, acc_f
-
-
 @triton.autotune(
     configs=_win_configs(),
     key=["T", "G", "W", "BLOCK_DK", "BLOCK_DV", "COMBINE", "WRITE_OW", "SPLIT", "FORCED"],
@@ -184,7 +152,6 @@ def nsa_window_fwd_kernel(
     DOT_F32: tl.constexpr,
     SPLIT: tl.constexpr,  # variant v2: mask only the band's edge tiles; leaner epilogue
     FORCED: tl.constexpr,  # also the selection's forced blocks (selection variant v5)
-    FOLD: tl.constexpr,  # FORCED: the band's tiles with local keys feed both softmaxes
     L_SEL: tl.constexpr,
     N_INIT: tl.constexpr,
     N_LOCAL: tl.constexpr,
@@ -217,35 +184,7 @@ def nsa_window_fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-    tl.static_assert(not (SPLIT and FORCED))  # window_forced_triton launches SPLIT=False
-    if FORCED:
-        # The selection's forced blocks as a partial softmax of their own (m_f, l_f, acc_f).
-        # Their local keys [local_lo, hi) (from the program's first row's local blocks) lie
-        # in the band's last tiles wherever w >= the local blocks' span (the paper's 512
-        # against 2 x 64): those tiles, from `fold` on, are loaded and multiplied once for
-        # both softmaxes (_win_forced_tile); the init blocks, and local keys below the band,
-        # come after the window's epilogue.
-        m_f = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_f = tl.zeros([BLOCK_M], tl.float32)
-        acc_f = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
-        local_lo = tl.maximum((t0 // L_SEL - N_LOCAL + 1) * L_SEL, N_INIT * L_SEL)
-        if FOLD:  # noqa: SIM108 - constexpr branch
-            fold = lo + tl.maximum(local_lo - lo, 0) // BLOCK_N * BLOCK_N
-        else:
-            fold = hi
-        for n0 in range(lo, tl.minimum(fold, hi), BLOCK_N):
-            m_i, l_i, acc = _win_tile(
-                q, k_base, v_base, sk_t, sv_t, n0, t, hi, qk_scale, m_i, l_i, acc,
-                offs_dk, offs_dv, W, DK, DV, DOT_F32, BLOCK_N, True,
-            )  # fmt: skip
-        if FOLD:  # (a constexpr branch: without FOLD, no registers held for both softmaxes)
-            for n0 in range(fold, hi, BLOCK_N):
-                m_i, l_i, acc, m_f, l_f, acc_f = _win_forced_tile(
-                    q, k_base, v_base, sk_t, sv_t, n0, t, hi, local_lo, qk_scale,
-                    (m_i, l_i, acc), (m_f, l_f, acc_f), offs_dk, offs_dv,
-                    W, L_SEL, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
-                )  # fmt: skip
-    elif SPLIT:
+    if SPLIT:
         # Only a band's edge tiles need the mask: keys below every row's window (the first
         # tiles) and keys past the first row's position (the last). Tiles in between hold
         # keys that all BLOCK_T positions see: no mask, no −inf guard (seven of the nine tiles
@@ -303,54 +242,39 @@ def nsa_window_fwd_kernel(
     else:
         tl.store(O + optr, o_win.to(O.dtype.element_ty), mask=omask)
     if FORCED:
-        # The rest of the selection branch's forced blocks (see above; the selection kernel
-        # gathers only the picked blocks and merges this partial softmax: selection variant
-        # v5): the init blocks, then local keys below the band, each key counted once (klo,
-        # khi).
+        # The selection branch's forced blocks, attended to here where their keys were just
+        # loaded (the local ones lie inside the window) and shared by the program's rows;
+        # folding the local ones into the band's last tiles (their keys loaded and multiplied
+        # once for both softmaxes) was no faster: the whole forward 38.20 ms either way at
+        # 64k, 42.48 at the 8 warps that keep its two accumulators from spilling (run 100);
+        # the selection kernel gathers only the picked blocks and merges this partial
+        # softmax (selection variant v5). Init blocks first, then the local ones from the
+        # program's first row's, each key counted once (klo).
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
         init_hi = tl.minimum(N_INIT * L_SEL, hi)
         for n0 in range(0, init_hi, BLOCK_N):
-            m_f, l_f, acc_f = _forced_tile(
-                q, k_base, v_base, sk_t, sv_t, n0, 0, init_hi, t, qk_scale, m_f, l_f, acc_f,
+            m_i, l_i, acc = _forced_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, 0, init_hi, t, qk_scale, m_i, l_i, acc,
                 offs_dk, offs_dv, L_SEL, N_INIT, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
             )  # fmt: skip
-        if FOLD:  # noqa: SIM108 - constexpr branch
-            below = tl.minimum(lo, hi)
-        else:
-            below = hi
-        for n0 in range(local_lo, below, BLOCK_N):
-            m_f, l_f, acc_f = _forced_tile(
-                q, k_base, v_base, sk_t, sv_t, n0, local_lo, below, t, qk_scale, m_f, l_f,
-                acc_f, offs_dk, offs_dv, L_SEL, N_INIT, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
+        local_lo = tl.maximum((t0 // L_SEL - N_LOCAL + 1) * L_SEL, N_INIT * L_SEL)
+        for n0 in range(local_lo, hi, BLOCK_N):
+            m_i, l_i, acc = _forced_tile(
+                q, k_base, v_base, sk_t, sv_t, n0, local_lo, hi, t, qk_scale, m_i, l_i, acc,
+                offs_dk, offs_dv, L_SEL, N_INIT, N_LOCAL, DK, DV, DOT_F32, BLOCK_N,
             )  # fmt: skip
-        # every row sees its own key (the local block holding t is forced): l_f > 0
-        ok = l_f > 0
-        o_f = acc_f * tl.where(ok, 1.0 / tl.where(ok, l_f, 1.0), 0.0)[:, None]
-        lse2_f = tl.where(ok, m_f + tl.log2(tl.where(ok, l_f, 1.0)), float("-inf"))
+        # every row sees its own key (the local block holding t is forced): l_i > 0
+        ok = l_i > 0
+        o_f = acc * tl.where(ok, 1.0 / tl.where(ok, l_i, 1.0), 0.0)[:, None]
+        lse2_f = tl.where(ok, m_i + tl.log2(tl.where(ok, l_i, 1.0)), float("-inf"))
         tl.store(OF + optr, o_f.to(OF.dtype.element_ty), mask=omask)
         tl.store(LSEF + b * sl_b + t * sl_t + h, lse2_f, mask=row_ok)
 
 
 # what _launch hands the kernel's forced-block constexprs when FORCED is off (never read)
 _NO_FORCED = NSAConfig()
-
-
-class ForcedForm(NamedTuple):
-    """How ``window_forced_triton`` launches the kernel: ``fold`` (FOLD: the band's tiles that
-    hold local keys are loaded and multiplied once for both softmaxes), at 64 rows a program
-    in ``num_warps`` warps (the two accumulators of a fold need 8 not to spill: Triton 3.6,
-    sm_90, 460 bytes spilled at 4 warps, none at 8)."""
-
-    fold: bool
-    num_warps: int
-
-
-# Selection variant → its window kernel's form. v5s is run 97's v5 (the default up to run 99).
-FORCED_FORMS = {
-    "v5": ForcedForm(True, 8),
-    "v5f4": ForcedForm(True, 4),
-    "v5s": ForcedForm(False, 4),
-    "v5s8": ForcedForm(False, 8),
-}
 
 
 def window_triton(
@@ -388,7 +312,6 @@ def window_forced_triton(
     scale: float,
     alloc: object = torch.empty,
     out_dtype: torch.dtype = torch.float32,
-    form: ForcedForm = FORCED_FORMS["v5"],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The window branch (no combine) and, from the same program, the selection branch's
     forced blocks (the first ``sel_init`` blocks and the ``sel_local`` last ones up to each
@@ -401,7 +324,7 @@ def window_forced_triton(
     o_f = alloc(shape, dtype=out_dtype, device=dev)  # type: ignore[operator]
     lse = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
     lse_f = alloc((b, t, hq), dtype=torch.float32, device=dev)  # type: ignore[operator]
-    _launch(q, k, v, cfg.window, scale, o, lse, None, None, False, (o_f, lse_f, cfg, form))
+    _launch(q, k, v, cfg.window, scale, o, lse, None, None, False, (o_f, lse_f, cfg))
     return o, lse, o_f, lse_f
 
 
@@ -416,11 +339,11 @@ def _launch(
     combine: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
     o_win: torch.Tensor | None,
     split: bool,
-    forced: tuple[torch.Tensor, torch.Tensor, NSAConfig, ForcedForm] | None = None,
+    forced: tuple[torch.Tensor, torch.Tensor, NSAConfig] | None = None,
 ) -> None:
-    """``nsa_window_fwd_kernel`` on the given outputs (o, lse; with ``forced``: the forced
-    blocks' o_f, lse_f of the same shapes and strides, the config naming the blocks, and the
-    launch's form, whose config is set here, not tuned)."""
+    """``nsa_window_fwd_kernel`` on the given outputs (o,
+    lse; with ``forced``: the forced blocks' o_f, lse_f of the same shapes and strides, and
+    the config naming the blocks)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
@@ -442,17 +365,7 @@ def _launch(
     def grid(meta: dict[str, int]) -> tuple[int, int]:
         return (triton.cdiv(t, meta["BLOCK_M"] // g), b * hkv)
 
-    if forced is None:
-        kernel, launch = nsa_window_fwd_kernel, {}
-    else:
-        form = forced[3]
-        kernel = nsa_window_fwd_kernel.fn
-        # the interpreter's tiles as _win_configs gives them: several tiles in a band
-        rows, cols, stages = (32, 32, 1) if interpreting() else (64, 64, 3)
-        launch = {
-            "BLOCK_M": rows, "BLOCK_N": cols, "num_warps": form.num_warps, "num_stages": stages
-        }  # fmt: skip
-    kernel[grid](
+    nsa_window_fwd_kernel[grid](
         q,
         k,
         v,
@@ -499,11 +412,9 @@ def _launch(
         DOT_F32=dot_f32(q.dtype),
         SPLIT=split,
         FORCED=forced is not None,
-        FOLD=forced is not None and forced[3].fold,
         L_SEL=cfg.sel_block,
         N_INIT=cfg.sel_init,
         N_LOCAL=cfg.sel_local,
-        **launch,
     )
 
 
