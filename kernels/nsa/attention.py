@@ -423,7 +423,7 @@ def compressed_branch(
             q, kc_hi, vc, cfg, dims.scale, want, _alloc,
             kc_lo=kc_lo, out_dtype=o_dtype, topn_form=variant("topn"), **late,
         )  # fmt: skip
-        if late:
+        if late and dims.checks is not None:
             dims.checks.late_done()
     else:
         # CPU tensors, T < l (empty branch, all scores 0) or l′/d not a power of two; a split
