@@ -23,6 +23,8 @@ names the pick. The picks are identical (tested). It and smaller tiles are opt-i
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -35,18 +37,49 @@ from kernels.nsa.config import NSAConfig
 BANDED = True
 
 
-#: The kernel's forms: (packed keys, scores a program holds); nsa_attention takes the one its
-#: variant "topn" names (``KGRADE_NSA_TOPN=<name>``). float4k is the default: 1.47-1.48 ms
-#: alone at 64k against float16k's 1.77-1.78, float8k's 1.53 and the packed forms' 2.12-2.19,
-#: picks equal to float16k's in every form (run 86, 2026-12-05, one H100, paper config).
-TOPN_FORMS: dict[str, tuple[bool, int]] = {
-    "float16k": (False, 16384),
-    "float8k": (False, 8192),
-    "float4k": (False, 4096),
-    "packed8k": (True, 8192),
-    "packed4k": (True, 4096),
+class TopnForm(NamedTuple):
+    """How the kernel picks: ``packed`` (PACKED) int64 keys; ``tile`` scores a program holds;
+    ``chunk`` > 0 (CHUNK, float rounds only): first the rounds' worth of chunks of ``chunk``
+    blocks with the best maxima, then the rounds over those chunks' blocks alone, in bands at
+    least 8 times that many blocks wide (narrower ones pick as ``chunk`` = 0 does)."""
+
+    packed: bool
+    tile: int
+    chunk: int = 0
+
+
+#: The kernel's forms; nsa_attention takes the one its variant "topn" names
+#: (``KGRADE_NSA_TOPN=<name>``). float4k is the default: 1.47-1.48 ms alone at 64k against
+#: float16k's 1.77-1.78, float8k's 1.53 and the packed forms' 2.12-2.19, picks equal to
+#: float16k's in every form (run 86, 2026-12-05, one H100, paper config). chunk4k: float4k
+#: with chunks of 4 blocks (at the paper's n: 13 rounds over the 128 or 256 chunk maxima, then
+#: over 64 blocks, instead of over 512 or 1024 in the 64k forward's widest bands; chunks of 16
+#: need a 3-D tile that took 255 registers and spilled, Triton 3.6, sm_90), opt-in until timed
+#: on a GPU.
+TOPN_FORMS: dict[str, TopnForm] = {
+    "float16k": TopnForm(False, 16384),
+    "float8k": TopnForm(False, 8192),
+    "float4k": TopnForm(False, 4096),
+    "packed8k": TopnForm(True, 8192),
+    "packed4k": TopnForm(True, 4096),
+    "chunk4k": TopnForm(False, 4096, 4),
 }
 DEFAULT_TOPN_FORM = "float4k"
+
+
+@triton.jit
+def _float_rounds(s, jj, picks, kk, N_FORCED: tl.constexpr, N_SEL: tl.constexpr,
+                  BIG: tl.constexpr):  # fmt: skip
+    """Slots N_FORCED..N_SEL of picks from scores s [BLOCK_R, W] (−inf: not a candidate) of
+    blocks jj (broadcast to s), each round the max at its smallest block index."""
+    for k in range(N_FORCED, N_SEL):
+        best = tl.max(s, axis=1)  # [BLOCK_R]
+        # smallest index attaining the max: ties go to the smaller block index
+        pick = tl.min(tl.where(s == best[:, None], jj, BIG), axis=1)
+        got = tl.where(best > float("-inf"), pick, BIG)
+        picks = tl.where(kk[None, :] == k, got[:, None], picks)
+        s = tl.where(jj == pick[:, None], float("-inf"), s)
+    return picks
 
 
 @triton.jit
@@ -75,6 +108,7 @@ def nsa_topn_kernel(
     BLOCK_TS: tl.constexpr,
     N_PAD: tl.constexpr,  # pow2 ≥ n
     PACKED: tl.constexpr,  # one int64 (score, index) reduction a round instead of two
+    CHUNK: tl.constexpr,  # > 0: the rounds over the best chunks' blocks only (TopnForm)
 ):
     pid_r = tl.program_id(0)
     pid_bg = tl.program_id(1)
@@ -130,15 +164,39 @@ def nsa_topn_kernel(
             got = tl.where(best > NONE, pick, BIG)
             picks = tl.where(kk[None, :] == k, got[:, None], picks)
             key = tl.where(key == best[:, None], NONE, key)  # keys are unique in a row
+    elif CHUNK > 0:
+        # The picks (the n − forced largest under (score desc, index asc), a prefix of that
+        # order) lie in the n − forced chunks whose best blocks come first in it: a chunk
+        # holding a pick has its best block among the picks too, and chunks are contiguous,
+        # so (chunk max desc, chunk index asc) orders them as their best blocks. Rounds over
+        # the chunk maxima choose them; the rounds proper then run over their N_PAD · CHUNK
+        # blocks, reloaded (this program just read them: L1/L2) instead of over BLOCK_TS.
+        NCH: tl.constexpr = BLOCK_TS // CHUNK
+        W: tl.constexpr = N_PAD * CHUNK
+        s = tl.where(eligible & ~forced, s, float("-inf"))
+        cmax = tl.max(tl.reshape(s, [BLOCK_R, NCH, CHUNK]), axis=2)  # [BLOCK_R, NCH]
+        c = tl.arange(0, NCH)
+        u = tl.arange(0, W)
+        jj = tl.zeros([BLOCK_R, W], tl.int32) - 1  # candidate slots' blocks, −1: none
+        for k in range(0, N_SEL - N_FORCED):
+            best = tl.max(cmax, axis=1)
+            pc = tl.min(tl.where(cmax == best[:, None], c[None, :], NCH), axis=1)
+            here = ((u // CHUNK)[None, :] == k) & (best > float("-inf"))[:, None]
+            jj = tl.where(here, (pc * CHUNK)[:, None] + (u % CHUNK)[None, :], jj)
+            cmax = tl.where(c[None, :] == pc[:, None], float("-inf"), cmax)
+        ok = row_ok[:, None] & (jj >= 0)
+        # the loads' masks as the first pass's (va, vb), at the candidates' blocks
+        ca = ok & (jj * RATIO <= imax[:, None]) & (jj < TS)
+        cb = ok & (jj >= 1) & ((jj - 1) * RATIO <= imax[:, None]) & (jj < TS)
+        sc = tl.load(SA + base + jj, mask=ca, other=0.0)
+        sc += tl.load(SB + base + jj - 1, mask=cb, other=0.0)
+        el = ok & (jj <= cur[:, None])
+        fo = el & ((jj < N_INIT) | (jj > cur[:, None] - N_LOCAL))
+        sc = tl.where(el & ~fo, sc, float("-inf"))
+        picks = _float_rounds(sc, jj, picks, kk, N_FORCED, N_SEL, BIG)
     else:
         s = tl.where(eligible & ~forced, s, float("-inf"))
-        for k in range(N_FORCED, N_SEL):
-            best = tl.max(s, axis=1)  # [BLOCK_R]
-            # smallest index attaining the max: ties go to the smaller block index
-            pick = tl.min(tl.where(s == best[:, None], j[None, :], BLOCK_TS), axis=1)
-            got = tl.where(best > float("-inf"), pick, BIG)
-            picks = tl.where(kk[None, :] == k, got[:, None], picks)
-            s = tl.where(j[None, :] == pick[:, None], float("-inf"), s)
+        picks = _float_rounds(s, j[None, :], picks, kk, N_FORCED, N_SEL, BIG)
     picks = tl.sort(picks, dim=1)
     picks = tl.where(picks == BIG, -1, picks)
     tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
@@ -168,7 +226,7 @@ def topn_triton(
     bands = _bands(t, ts, cfg.sel_block) if use_bands else [(0, t, pow2(ts, 16))]
     # A program's tile (sm_90: 16k int64 keys spill 700-12,000 bytes under Triton 3.6 and
     # 3.9, 8k none; 16k fp32 scores 724 bytes at width 256 under 3.6, 8k none), ≥ 1 row.
-    use_packed, tile = TOPN_FORMS[form]
+    use_packed, tile, chunk = TOPN_FORMS[form]
     for t0, t_hi, width in bands:
         block_r = max(1, min(64, tile // width))
         if interpreting():
@@ -198,6 +256,9 @@ def topn_triton(
             BLOCK_TS=width,
             N_PAD=pow2(n, 1),
             PACKED=use_packed,
+            # chunks only where the candidates are at most an eighth of the band: 80 and 128
+            # registers at widths 1024 and 512 (chunks of 4, n 16), 255 at 256
+            CHUNK=chunk if chunk and width >= 8 * pow2(n, 1) * chunk else 0,
             num_warps=4 if width <= 1024 else 8,
         )
     return picks
@@ -217,4 +278,4 @@ def _bands(t: int, ts: int, sel_block: int) -> list[tuple[int, int, int]]:
     return bands
 
 
-__all__ = ["DEFAULT_TOPN_FORM", "TOPN_FORMS", "nsa_topn_kernel", "topn_triton"]
+__all__ = ["DEFAULT_TOPN_FORM", "TOPN_FORMS", "TopnForm", "nsa_topn_kernel", "topn_triton"]

@@ -21,7 +21,7 @@ from kernels.nsa.attention import _split_fp16
 from kernels.nsa.compressed import banded_scores_ok
 from kernels.nsa.config import num_cmp_blocks, num_sel_blocks, omega_matrix
 from kernels.nsa.selection import SELECTION_IMPLS, forced_and_combined
-from kernels.nsa.topn import TOPN_FORMS, topn_triton
+from kernels.nsa.topn import TOPN_FORMS, TopnForm, topn_triton
 from kernels.nsa.torch_path import compressed_torch
 from kernels.nsa.window import window_triton
 from tests.kernels.test_nsa_utils import (
@@ -582,7 +582,15 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     return out
 
 
-@pytest.mark.parametrize("form", ["float4k", "float16k", "packed8k"])
+def _chunk_form(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """``chunkC``: the chunked rounds with chunks of C blocks, a form these tests add, so that
+    chunks are chosen at their small widths (chunk4k's 4 blocks need bands 8 x 4 x pow2(n)
+    wide: 256 at n = 5)."""
+    if form.startswith("chunk") and form not in TOPN_FORMS:
+        monkeypatch.setitem(TOPN_FORMS, form, TopnForm(False, 4096, int(form[5:])))
+
+
+@pytest.mark.parametrize("form", ["float4k", "float16k", "packed8k", "chunk2", "chunk4"])
 @pytest.mark.parametrize("banded", [True, False])
 @pytest.mark.parametrize(
     ("init", "local", "n"),
@@ -591,11 +599,13 @@ def _topn_oracle(sa: torch.Tensor, sb: torch.Tensor, t: int, cfg: NSAConfig) -> 
     [(1, 2, 5), (2, 2, 6), (2, 3, 5), (1, 0, 4)],
 )
 def test_topn_kernel_bands_match_an_oracle(
-    banded: bool, form: str, init: int, local: int, n: int
+    monkeypatch: pytest.MonkeyPatch, banded: bool, form: str, init: int, local: int, n: int
 ) -> None:
     """300 positions with l′ = 4: four bands of widths 16, 32, 64 and 128 (``topn._bands``),
     or one launch 128 wide; scores drawn from 4 values so ties are everywhere; every row
-    against a torch oracle."""
+    against a torch oracle. The chunked forms choose chunks in the bands at least 8 times
+    their candidates wide (``chunk2`` at n = 5 or 6: the band of 128, or the one launch)."""
+    _chunk_form(monkeypatch, form)
     cfg = NSAConfig(
         cmp_block=4, cmp_stride=2, sel_block=4, sel_count=n, sel_init=init, sel_local=local
     )
@@ -651,7 +661,7 @@ def test_topn_forms_through_the_environment(monkeypatch: pytest.MonkeyPatch, for
         topn(sa, sb, t, 1, cfg, form="packed")
 
 
-def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
+def test_topn_packed_keys_order_signed_and_zero_scores(monkeypatch: pytest.MonkeyPatch) -> None:
     """The packed rounds map fp32 scores to ordered int64 keys: negative scores, −0 and +0
     (equal, so the smaller index wins) rank as the float rounds and the oracle rank them."""
     cfg = NSAConfig(cmp_block=4, cmp_stride=2, sel_block=4, sel_count=6, sel_local=1)
@@ -666,7 +676,8 @@ def test_topn_packed_keys_order_signed_and_zero_scores() -> None:
     sa = torch.where(written, sa, float("nan"))
     sb = torch.where(written, sb, float("nan"))
     want = _topn_oracle(sa, sb, t, cfg)
-    for form in ("float4k", "float16k", "packed8k"):
+    _chunk_form(monkeypatch, "chunk1")  # chunks of one block: the band 64 wide
+    for form in ("float4k", "float16k", "packed8k", "chunk1"):
         got = topn_triton(sa, sb, t, 1, cfg, form=form)
         bad = (got != want).any(-1).nonzero().tolist()
         assert not bad, f"{form}: {len(bad)} rows differ, first {bad[:3]}"
