@@ -40,13 +40,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seq", type=int, default=65536)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--hq", type=int, default=64)
+    ap.add_argument("--hkv", type=int, default=4)
+    ap.add_argument("--dim", type=int, default=128)
     args = ap.parse_args()
     cfg = NSAConfig()
-    q, k, v, g = nsa_inputs(args.seq, 64, 4, 128, "cuda")
+    q, k, v, g = nsa_inputs(args.seq, args.hq, args.hkv, args.dim, "cuda")
     kc_hi, kc_lo, vc, o_dtype = stored_compressed(k, v, cfg)
     cmp = COMPRESSED_IMPLS[attention.variant("compressed")]
     peak = torch.zeros(1, device=q.device)
-    scale = 128**-0.5
+    scale = args.dim**-0.5
     calls = {
         "cmp kernel + top-n, q_peak": lambda: cmp(
             q, kc_hi, vc, cfg, scale, True, kc_lo=kc_lo, out_dtype=o_dtype, q_peak=peak
@@ -63,12 +66,16 @@ def main() -> None:
             attention.check_fast_args = _q_read_by_checks if "read q" in name else _FAST
             times[name].append(triton.testing.do_bench(fn, warmup=10, rep=300))
     attention.check_fast_args = _FAST
-    print(f"# nsa_q_peak_ab.py, commit {commit()}, {torch.cuda.get_device_name()}, T {args.seq}")
+    print(
+        f"# nsa_q_peak_ab.py, commit {commit()}, {torch.cuda.get_device_name()}, T {args.seq}, "
+        f"Hq {args.hq} / Hkv {args.hkv}, D {args.dim}, bf16, paper config, {args.rounds} rounds"
+    )
     print("| call | do_bench medians over rounds, ms | min | max |")
     print("|---|---|---|---|")
     for name, ts in times.items():
         print(f"| {name} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} |")
-    assert float(peak) == float(q.float().abs().max())
+    # the kernel's scalar after every call: max |q| exactly
+    assert float(peak) == float(q.float().abs().max()), (float(peak), float(q.abs().max()))
 
 
 if __name__ == "__main__":

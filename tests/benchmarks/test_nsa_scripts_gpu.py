@@ -58,3 +58,10 @@ def test_nsa_overlap_runs() -> None:
         assert f"| 2048 | {mode} |" in out
     assert out.count("| 2048 | two streams") == 3
     assert "best two-stream run" in out
+
+
+def test_nsa_q_peak_ab_runs() -> None:
+    # the script itself asserts the compressed kernel's scalar equals max |q|
+    out = _run(["benchmarks/nsa_q_peak_ab.py", "--seq", "2048", "--rounds", "1", *SMALL[2:]])
+    for row in ("forward, max |q| from the kernel", "forward, checks read q"):
+        assert f"| {row} |" in out
