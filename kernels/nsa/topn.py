@@ -68,14 +68,32 @@ DEFAULT_TOPN_FORM = "float4k"
 
 
 @triton.jit
+def _scores_at(SA, SB, base, jj, ok, imax, cur, TS, RATIO: tl.constexpr, N_INIT: tl.constexpr,
+               N_LOCAL: tl.constexpr):  # fmt: skip
+    """Scores of blocks jj ([BLOCK_R, W] or [1, W]) where ok: SA plus SB shifted by one block,
+    the halves of compressed blocks past imax (the last one visible to the row; they may be
+    unwritten) read as 0; and whether each is a candidate for the rounds (eligible at cur,
+    the row's own block, and not forced; ok not applied)."""
+    sa = ok & (jj * RATIO <= imax[:, None]) & (jj < TS)
+    sb = ok & (jj >= 1) & ((jj - 1) * RATIO <= imax[:, None])
+    sb = sb & (jj < TS)
+    s = tl.load(SA + base + jj, mask=sa, other=0.0)
+    s += tl.load(SB + base + jj - 1, mask=sb, other=0.0)
+    eligible = jj <= cur[:, None]
+    forced = eligible & ((jj < N_INIT) | (jj > cur[:, None] - N_LOCAL))
+    return s, eligible & ~forced
+
+
+@triton.jit
 def _float_rounds(s, jj, picks, kk, N_FORCED: tl.constexpr, N_SEL: tl.constexpr,
-                  BIG: tl.constexpr):  # fmt: skip
+                  BIG: tl.constexpr, PAST: tl.constexpr):  # fmt: skip
     """Slots N_FORCED..N_SEL of picks from scores s [BLOCK_R, W] (−inf: not a candidate) of
-    blocks jj (broadcast to s), each round the max at its smallest block index."""
+    blocks jj (broadcast to s), each round the max at its smallest block index; PAST is above
+    every block index (no pick is PAST: a row with no candidate left gets BIG)."""
     for k in range(N_FORCED, N_SEL):
         best = tl.max(s, axis=1)  # [BLOCK_R]
         # smallest index attaining the max: ties go to the smaller block index
-        pick = tl.min(tl.where(s == best[:, None], jj, BIG), axis=1)
+        pick = tl.min(tl.where(s == best[:, None], jj, PAST), axis=1)
         got = tl.where(best > float("-inf"), pick, BIG)
         picks = tl.where(kk[None, :] == k, got[:, None], picks)
         s = tl.where(jj == pick[:, None], float("-inf"), s)
@@ -117,19 +135,14 @@ def nsa_topn_kernel(
     t = T0 + pid_r * BLOCK_R + tl.arange(0, BLOCK_R)  # [BLOCK_R]
     j = tl.arange(0, BLOCK_TS)  # [BLOCK_TS]
     # Last compressed block visible to t; groups beyond it contribute exactly 0 (and may be
-    # unwritten by the compressed kernel), so they are masked rather than loaded.
+    # unwritten by the compressed kernel), so they are masked rather than loaded (_scores_at).
     num = t + 1 - L_CMP
     imax = tl.where(num >= 0, num // D_STRIDE, -1)
     row_ok = t < T_HI
-    va = row_ok[:, None] & (j[None, :] * RATIO <= imax[:, None]) & (j[None, :] < TS)
-    vb = row_ok[:, None] & (j[None, :] >= 1) & ((j[None, :] - 1) * RATIO <= imax[:, None])
-    vb = vb & (j[None, :] < TS)
     base = b * ss_b + g * ss_h + t[:, None] * ss_t
-    s = tl.load(SA + base + j[None, :], mask=va, other=0.0)
-    s += tl.load(SB + base + j[None, :] - 1, mask=vb, other=0.0)
     cur = t // L_SEL
-    eligible = j[None, :] <= cur[:, None]
-    forced = eligible & ((j[None, :] < N_INIT) | (j[None, :] > cur[:, None] - N_LOCAL))
+    s, cand = _scores_at(SA, SB, base, j[None, :], row_ok[:, None], imax, cur,
+                         TS, RATIO, N_INIT, N_LOCAL)  # fmt: skip
     out = IDX + b * si_b + t * si_t + g * si_h
     # The n picks kept in registers ([BLOCK_R, N_PAD], unused slots BIG) and sorted there, so
     # rows are written ascending with −1 last and no sort runs on the host.
@@ -157,7 +170,7 @@ def nsa_topn_kernel(
         bits = tl.where(s == 0.0, 0.0, s).to(tl.int32, bitcast=True)
         mono = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
         key = (mono.to(tl.int64) << 32) | (BLOCK_TS - j[None, :]).to(tl.int64)
-        key = tl.where(eligible & ~forced, key, NONE)
+        key = tl.where(cand, key, NONE)
         for k in range(N_FORCED, N_SEL):
             best = tl.max(key, axis=1)  # [BLOCK_R]: the best score at its smallest index
             pick = BLOCK_TS - (best & 0xFFFFFFFF).to(tl.int32)
@@ -173,7 +186,7 @@ def nsa_topn_kernel(
         # blocks, reloaded (this program just read them: L1/L2) instead of over BLOCK_TS.
         NCH: tl.constexpr = BLOCK_TS // CHUNK
         W: tl.constexpr = N_PAD * CHUNK
-        s = tl.where(eligible & ~forced, s, float("-inf"))
+        s = tl.where(cand, s, float("-inf"))
         cmax = tl.max(tl.reshape(s, [BLOCK_R, NCH, CHUNK]), axis=2)  # [BLOCK_R, NCH]
         c = tl.arange(0, NCH)
         u = tl.arange(0, W)
@@ -185,18 +198,12 @@ def nsa_topn_kernel(
             jj = tl.where(here, (pc * CHUNK)[:, None] + (u % CHUNK)[None, :], jj)
             cmax = tl.where(c[None, :] == pc[:, None], float("-inf"), cmax)
         ok = row_ok[:, None] & (jj >= 0)
-        # the loads' masks as the first pass's (va, vb), at the candidates' blocks
-        ca = ok & (jj * RATIO <= imax[:, None]) & (jj < TS)
-        cb = ok & (jj >= 1) & ((jj - 1) * RATIO <= imax[:, None]) & (jj < TS)
-        sc = tl.load(SA + base + jj, mask=ca, other=0.0)
-        sc += tl.load(SB + base + jj - 1, mask=cb, other=0.0)
-        el = ok & (jj <= cur[:, None])
-        fo = el & ((jj < N_INIT) | (jj > cur[:, None] - N_LOCAL))
-        sc = tl.where(el & ~fo, sc, float("-inf"))
-        picks = _float_rounds(sc, jj, picks, kk, N_FORCED, N_SEL, BIG)
+        sc, cand_c = _scores_at(SA, SB, base, jj, ok, imax, cur, TS, RATIO, N_INIT, N_LOCAL)
+        sc = tl.where(ok & cand_c, sc, float("-inf"))
+        picks = _float_rounds(sc, jj, picks, kk, N_FORCED, N_SEL, BIG, BLOCK_TS)
     else:
-        s = tl.where(eligible & ~forced, s, float("-inf"))
-        picks = _float_rounds(s, j[None, :], picks, kk, N_FORCED, N_SEL, BIG)
+        s = tl.where(cand, s, float("-inf"))
+        picks = _float_rounds(s, j[None, :], picks, kk, N_FORCED, N_SEL, BIG, BLOCK_TS)
     picks = tl.sort(picks, dim=1)
     picks = tl.where(picks == BIG, -1, picks)
     tl.store(out[:, None] + kk[None, :], picks, mask=row_ok[:, None] & (kk[None, :] < N_SEL))
