@@ -59,14 +59,15 @@ def _read_first(*args: Any) -> validate.NSADims:
     return validate.check_nsa_args(*args, peak_abs=attention.needs_peak_abs(args[0]), defer=False)
 
 
-def _q_read_by_checks(*args: Any) -> validate.NSADims:
+def q_read_by_checks(*args: Any) -> validate.NSADims:
+    """check_fast_args as up to `37b41f5`: the checks read q themselves (late_q off)."""
     return validate.check_nsa_args(
         *args, peak_abs=attention.needs_peak_abs(args[0]), defer=True, late_q=False
     )
 
 
 MODES = ("start", "end", "end-q", "none")
-_FAST = {"start": _read_first, "end-q": _q_read_by_checks}
+_FAST = {"start": _read_first, "end-q": q_read_by_checks}
 
 
 def _use(mode: str) -> None:

@@ -22,18 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import triton  # noqa: E402
 
 import kernels.nsa.attention as attention  # noqa: E402
-import kernels.nsa.validate as validate  # noqa: E402
 from benchmarks._common import commit, nsa_inputs, stored_compressed  # noqa: E402
+from benchmarks.nsa_call_overhead import q_read_by_checks  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS  # noqa: E402
 
 _FAST = attention.check_fast_args
-
-
-def _q_read_by_checks(*args: object) -> validate.NSADims:
-    return validate.check_nsa_args(
-        *args, peak_abs=attention.needs_peak_abs(args[0]), defer=True, late_q=False
-    )
 
 
 def main() -> None:
@@ -63,7 +57,7 @@ def main() -> None:
     times: dict[str, list[float]] = {n: [] for n in calls}
     for _ in range(args.rounds):
         for name, fn in calls.items():
-            attention.check_fast_args = _q_read_by_checks if "read q" in name else _FAST
+            attention.check_fast_args = q_read_by_checks if "read q" in name else _FAST
             times[name].append(triton.testing.do_bench(fn, warmup=10, rep=300))
     attention.check_fast_args = _FAST
     print(
