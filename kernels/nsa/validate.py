@@ -107,11 +107,9 @@ def check_nsa_args(
     if block_indices is not None:
         check_block_indices(block_indices, b, t, hkv, ts, config, q.device)
     late = q if peak_abs and defer and late_q else None
-    peak_of = (
-        ((k, v, k_cmp, v_cmp) if late is not None else (q, k, v, k_cmp, v_cmp))
-        if peak_abs
-        else None
-    )
+    peak_of = None
+    if peak_abs:  # q among them unless a kernel delivers its peak
+        peak_of = (k, v, k_cmp, v_cmp) if late is not None else (q, k, v, k_cmp, v_cmp)
     checks = ValueChecks(gates, peak_of, late)
     dims = NSADims(b, t, hq, hkv, group, dk, dv, tc, ts, scale, checks=checks)
     return dims if defer else dims.settled()
