@@ -37,6 +37,7 @@ from typing import NamedTuple
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from kernels.nsa.attention import DEFAULT_VARIANTS  # noqa: E402
+from kernels.nsa.topn import TOPN_FORMS  # noqa: E402
 
 DEFAULTS = {b: DEFAULT_VARIANTS[b] for b in ("selection", "compressed", "window", "topn")}
 _TOTAL = re.compile(r"^\s*T=\s*(\d+) total fwd slc (\S+) / cmp (\S+) / win (\S+)\s+([\d.]+) ms")
@@ -194,7 +195,7 @@ def main() -> None:
         "selection": {DEFAULTS["selection"], *(args.sel if sel_ok else [])},
         "compressed": {DEFAULTS["compressed"], *cmp_ok},
         "window": {DEFAULTS["window"]},
-        "topn": {"float16k", "float8k", "float4k"},
+        "topn": set(TOPN_FORMS),  # each form's picks are checked against the plain kernel's
     }
     seqs = [str(t) for t in args.seqs]
     variants = step(

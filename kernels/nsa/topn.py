@@ -17,8 +17,11 @@ either way (tested). On the H200 the banded launch took 0.83 of the unbanded one
 ``PACKED`` folds each round's two reductions into one: a block's score, made an
 order-preserving int32, goes into the high half of an int64 key and ``BLOCK_TS − j`` into the
 low half, so the largest key is the largest score at its smallest index, and its low half
-names the pick. The picks are identical (tested). It and smaller tiles are opt-in forms
-(``TOPN_FORMS``; nsa_attention's variant "topn", ``KGRADE_NSA_TOPN``) until timed on the H200.
+names the pick. ``CHUNK`` first picks the rows' best chunks of a few blocks by their maxima,
+then runs the rounds over those chunks' blocks alone: a chunk that holds a pick has its best
+block among the picks, so the picks are the same. The picks are identical in every form
+(tested); the forms (``TOPN_FORMS``; nsa_attention's variant "topn", ``KGRADE_NSA_TOPN``)
+differ in these two choices and in the scores a program holds.
 """
 
 from __future__ import annotations
@@ -49,13 +52,13 @@ class TopnForm(NamedTuple):
 
 
 #: The kernel's forms; nsa_attention takes the one its variant "topn" names
-#: (``KGRADE_NSA_TOPN=<name>``). float4k is the default: 1.47-1.48 ms alone at 64k against
-#: float16k's 1.77-1.78, float8k's 1.53 and the packed forms' 2.12-2.19, picks equal to
-#: float16k's in every form (run 86, 2026-12-05, one H100, paper config). chunk4k: float4k
-#: with chunks of 4 blocks (at the paper's n: 13 rounds over the 128 or 256 chunk maxima, then
-#: over 64 blocks, instead of over 512 or 1024 in the 64k forward's widest bands; chunks of 16
-#: need a 3-D tile that took 255 registers and spilled, Triton 3.6, sm_90), opt-in until timed
-#: on a GPU.
+#: (``KGRADE_NSA_TOPN=<name>``). chunk4k is the default: float4k with chunks of 4 blocks (at
+#: the paper's n, 13 rounds over the 128 or 256 chunk maxima, then over 64 blocks, instead of
+#: over 512 or 1024 in the 64k forward's widest bands). Alone at 64k it took 1.16 ms against
+#: float4k's 1.47, float8k's 1.52, float16k's 1.76 and the packed forms' 2.11-2.16, picks equal
+#: to float16k's in every form (run 103, 2026-12-06, one H100, paper config; at 16k 0.15 ms,
+#: as float4k). Chunks of 16 need a 3-D tile that took 255 registers and spilled (Triton 3.6,
+#: sm_90). float4k was the default from run 86 to run 103.
 TOPN_FORMS: dict[str, TopnForm] = {
     "float16k": TopnForm(False, 16384),
     "float8k": TopnForm(False, 8192),
@@ -64,7 +67,7 @@ TOPN_FORMS: dict[str, TopnForm] = {
     "packed4k": TopnForm(True, 4096),
     "chunk4k": TopnForm(False, 4096, 4),
 }
-DEFAULT_TOPN_FORM = "float4k"
+DEFAULT_TOPN_FORM = "chunk4k"
 
 
 @triton.jit
