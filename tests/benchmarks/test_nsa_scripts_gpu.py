@@ -65,3 +65,13 @@ def test_nsa_q_peak_ab_runs() -> None:
     out = _run(["benchmarks/nsa_q_peak_ab.py", "--seq", "2048", "--rounds", "1", *SMALL[2:]])
     for row in ("forward, max |q| from the kernel", "forward, checks read q"):
         assert f"| {row} |" in out
+
+
+def test_nsa_variant_ab_runs() -> None:
+    out = _run(
+        ["benchmarks/nsa_variant_ab.py", "--branch", "topn", "--values", "chunk4k", "float4k"]
+        + ["--rounds", "1", *SMALL]
+    )
+    # the top-n forms pick the same blocks, so the forwards agree bit for bit
+    for form in ("chunk4k", "float4k"):
+        assert f"| 2048 | {form} |" in out and out.count("| bitwise equal |") == 2
