@@ -73,7 +73,8 @@ VARIANTS: dict[str, str | None] = {
 # ones with the merge and the gated combine): the whole forward 38.40 and 38.37 ms against
 # v2's 39.50 and 39.43 in two runs of one process, 6.16 against 6.49 at 16k (run 97,
 # 2026-12-06, one H100, paper config); side by side 6.23 / 14.70 / 38.16 ms at 16k / 32k / 64k.
-# topn: the compressed branch's top-n kernel, one of topn.TOPN_FORMS.
+# topn: the compressed branch's top-n kernel, one of topn.TOPN_FORMS; chunk4k since run 103
+# (1.16 ms alone at 64k against float4k's 1.47, picks equal; topn.py has the table).
 DEFAULT_VARIANTS = {
     "selection": "v5",
     "compressed": "g3h8s",
