@@ -83,6 +83,11 @@ def nsa_shape_args(ap: argparse.ArgumentParser, seqs: list[int]) -> None:
     """The NSA scripts' shape options, defaults the paper configuration's heads: --seqs (the
     lengths T), --hq, --hkv, --dim (fewer heads for a smoke test)."""
     ap.add_argument("--seqs", type=int, nargs="+", default=seqs, help="sequence lengths T")
+    nsa_head_args(ap)
+
+
+def nsa_head_args(ap: argparse.ArgumentParser) -> None:
+    """--hq, --hkv, --dim, defaults the paper configuration's (a script of one length)."""
     ap.add_argument("--hq", type=int, default=64, help="query heads")
     ap.add_argument("--hkv", type=int, default=4, help="KV heads")
     ap.add_argument("--dim", type=int, default=128, help="head dim")

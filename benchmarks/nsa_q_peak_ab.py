@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import triton  # noqa: E402
 
 import kernels.nsa.attention as attention  # noqa: E402
-from benchmarks._common import commit, nsa_inputs, stored_compressed  # noqa: E402
+from benchmarks._common import commit, nsa_head_args, nsa_inputs, stored_compressed  # noqa: E402
 from benchmarks.nsa_call_overhead import q_read_by_checks  # noqa: E402
 from kernels.nsa import NSAConfig, nsa_attention  # noqa: E402
 from kernels.nsa.compressed import COMPRESSED_IMPLS  # noqa: E402
@@ -34,9 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seq", type=int, default=65536)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--hq", type=int, default=64)
-    ap.add_argument("--hkv", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=128)
+    nsa_head_args(ap)
     args = ap.parse_args()
     cfg = NSAConfig()
     q, k, v, g = nsa_inputs(args.seq, args.hq, args.hkv, args.dim, "cuda")

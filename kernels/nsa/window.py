@@ -341,9 +341,8 @@ def _launch(
     split: bool,
     forced: tuple[torch.Tensor, torch.Tensor, NSAConfig] | None = None,
 ) -> None:
-    """``nsa_window_fwd_kernel`` on the given outputs (o,
-    lse; with ``forced``: the forced blocks' o_f, lse_f of the same shapes and strides, and
-    the config naming the blocks)."""
+    """``nsa_window_fwd_kernel`` on the given outputs (o, lse; with ``forced``: the forced
+    blocks' o_f, lse_f of the same shapes and strides, and the config naming the blocks)."""
     b, t, hq, dk = q.shape
     hkv, dv = k.shape[2], v.shape[3]
     g = hq // hkv
